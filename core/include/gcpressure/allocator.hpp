@@ -1,0 +1,145 @@
+// gcpressure/allocator.hpp — one device's allocator: upstream → limit → pool,
+// accounting, the deferred-free queue and the hook the pressure policy uses.
+//
+// See docs/DESIGN.md for the path of a block and who may call what from where.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "gcpressure/config.hpp"
+#include "gcpressure/deferred_free_queue.hpp"
+#include "gcpressure/pool_resource.hpp"
+#include "gcpressure/resource.hpp"
+#include "gcpressure/stats.hpp"
+
+namespace gcpressure {
+
+class device_allocator;
+
+// Note [The hook point]
+// The pressure policy plugs in here and nowhere else. before_allocate() runs
+// before every allocation, outside every allocator lock, and may collect and
+// drain. reclaim() runs the collector-side steps of the reclaim ladder after
+// a failure; the allocator runs the pool-side steps itself and retries the
+// allocation after every step. A hook must not allocate from the same
+// allocator (re-entrancy is detected and reported as logic_error).
+class allocation_hook {
+ public:
+  virtual ~allocation_hook() = default;
+  virtual void before_allocate(device_allocator& a, std::size_t bytes, stream_ref s) = 0;
+  // Performs `step` if it is a collector step (finish_and_drain,
+  // full_collection, full_collection_2). Returns true if it did something.
+  virtual bool reclaim(device_allocator& a, ladder_step step) = 0;
+  // Adds the hook's own counters (collections, pauses) to a stats snapshot.
+  virtual void fill_stats(collection_stats& out) const = 0;
+};
+
+struct allocator_options {
+  backend_kind backend = backend_kind::host;
+  int device = 0;
+  std::size_t host_capacity = std::size_t{16} << 30;
+  size_spec soft_limit;  // unset: 75% of the hard limit
+  size_spec hard_limit;  // unset: device total
+  bool pool = true;
+  pool_options pool_opts;
+  std::size_t async_release_threshold = 0;
+
+  // From the GCPRESSURE_* environment (backend "auto": cuda_async when a GPU
+  // is usable, host otherwise). Throws logic_error on a bad value.
+  static allocator_options from_config(const config& c);
+};
+
+// Thread safety: every member function is thread-safe unless noted.
+// From a finalizer: only deferred().push() and the noexcept getters marked
+// "finalizer-safe"; everything else may take locks or collect.
+class device_allocator {
+ public:
+  explicit device_allocator(allocator_options opts = {});
+  // Wraps a caller-made upstream (e.g. a fault-injecting adaptor); the
+  // allocator does not own it and it must outlive the allocator.
+  device_allocator(device_resource& upstream, allocator_options opts);
+  ~device_allocator();
+  device_allocator(const device_allocator&) = delete;
+  device_allocator& operator=(const device_allocator&) = delete;
+
+  // Allocates `bytes` usable on `stream`. Runs the hook, drains deferred frees,
+  // and on failure the reclaim ladder. Throws logic_error for 0 bytes,
+  // out_of_memory (with the full report) when nothing helped.
+  void* allocate(std::size_t bytes, stream_ref stream = nullptr);
+
+  // Checked free: throws logic_error on a double free, a foreign pointer or a
+  // size that differs from the allocation's. Stream-ordered on `stream`.
+  void free(void* p, std::size_t bytes, stream_ref stream = nullptr);
+  // Unchecked free for noexcept paths: misuse is reported, never thrown.
+  void deallocate(void* p, std::size_t bytes, stream_ref stream = nullptr) noexcept;
+
+  // Finalizer-safe: the queue finalizers push blocks onto.
+  deferred_free_queue& deferred() noexcept { return deferred_; }
+  // Returns every queued block to the pool. Returns the bytes drained.
+  std::size_t drain() noexcept;
+
+  void set_hook(allocation_hook* h) noexcept { hook_.store(h, std::memory_order_release); }
+  allocation_hook* hook() const noexcept { return hook_.load(std::memory_order_acquire); }
+
+  // Pool maintenance: see pool_resource. Without a pool these return 0.
+  std::size_t release_cached() noexcept;
+  std::size_t wait_pending();
+  std::size_t trim();
+
+  // Limits in bytes (resolved). set_* are thread-safe and take effect at once.
+  std::size_t soft_limit() const noexcept { return soft_limit_.load(std::memory_order_relaxed); }
+  std::size_t hard_limit() const noexcept { return limiter_->limit(); }
+  void set_soft_limit(std::size_t bytes) noexcept { soft_limit_.store(bytes, std::memory_order_relaxed); }
+  void set_hard_limit(std::size_t bytes) noexcept { limiter_->set_limit(bytes); }
+
+  // Finalizer-safe cheap getters.
+  std::size_t live_bytes() const noexcept { return static_cast<std::size_t>(requested_.current()); }
+  std::size_t reserved_bytes() const noexcept { return limiter_->used(); }
+  std::size_t since_mark() const noexcept { return since_mark_.load(std::memory_order_relaxed); }
+  std::uint64_t allocation_count() const noexcept { return allocs_.load(std::memory_order_relaxed); }
+  void mark() noexcept { since_mark_.store(0, std::memory_order_relaxed); }
+  void reset_peaks() noexcept;
+
+  device_memory_info device_memory() const;
+  backend_kind backend() const noexcept { return opts_.backend; }
+  int device() const noexcept { return opts_.device; }
+  stream_ops& streams() noexcept { return top().streams(); }
+  // True if `p` is a live block of this allocator (needs the pool).
+  bool owns(const void* p) const noexcept;
+
+  allocator_stats stats() const;
+  std::string stats_text() const { return to_text(stats()); }
+  std::string stats_json() const { return to_json(stats()); }
+
+ private:
+  device_resource& top() noexcept;
+  void* try_allocate(std::size_t bytes, stream_ref stream);
+  void account_free(std::size_t requested, std::size_t rounded) noexcept;
+  [[noreturn]] void throw_oom(std::size_t bytes, const std::string& tried, const char* cause);
+
+  allocator_options opts_;
+  std::unique_ptr<device_resource> owned_upstream_;
+  device_resource* upstream_ = nullptr;
+  std::unique_ptr<limiting_adaptor> limiter_;
+  std::unique_ptr<pool_resource> pool_;
+  std::atomic<std::size_t> soft_limit_{0};
+  std::atomic<allocation_hook*> hook_{nullptr};
+  deferred_free_queue deferred_;
+  detail::stat_counter requested_, allocated_, active_;
+  std::atomic<std::size_t> since_mark_{0};
+  std::atomic<std::uint64_t> allocs_{0}, frees_{0}, misuse_{0}, ooms_{0};
+  std::array<std::atomic<std::uint64_t>, ladder_step_count> ladder_{};
+  // Live blocks when there is no pool (pointer -> requested bytes).
+  mutable std::mutex nopool_mu_;
+  std::unique_ptr<struct nopool_table> nopool_;
+};
+
+// Creates the upstream resource the options name. Throws logic_error for a
+// CUDA backend in a build without CUDA or on a machine without a GPU.
+std::unique_ptr<device_resource> make_resource(const allocator_options& opts);
+
+}  // namespace gcpressure

@@ -1,0 +1,66 @@
+// gcpressure/error.hpp — the library's exception types.
+//
+// Note [Errors]
+// - out_of_memory: an allocation could not be satisfied after the reclaim
+//   ladder ran. Derives from std::bad_alloc so that code written for any
+//   allocator catches it. Its message is built by the allocator and names the
+//   request, live/cached/reserved bytes, both limits, device free/total and
+//   every reclaim step tried.
+// - logic_error: misuse (zero-size request, double free, foreign pointer,
+//   use after shutdown, bad configuration).
+// - cuda_error: a CUDA runtime call failed; carries file:line.
+// Frees and destructors never throw: see Note [Misuse in noexcept paths].
+#pragma once
+
+#include <new>
+#include <stdexcept>
+#include <string>
+
+namespace gcpressure {
+
+class out_of_memory : public std::bad_alloc {
+ public:
+  explicit out_of_memory(std::string msg) : msg_(std::move(msg)) {}
+  const char* what() const noexcept override { return msg_.c_str(); }
+
+ private:
+  std::string msg_;
+};
+
+class logic_error : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
+class cuda_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+namespace detail {
+[[noreturn]] void throw_logic_error(const char* file, int line, const std::string& msg);
+[[noreturn]] void throw_cuda_error(const char* file, int line, const char* call, int code,
+                                   const char* name, const char* text);
+
+// Note [Misuse in noexcept paths]
+// deallocate() is noexcept (it runs from finalizer drains and destructors), so
+// misuse detected there (double free, foreign pointer, size mismatch) cannot
+// throw. It is reported to the misuse handler, which by default writes one
+// clear line to stderr; the error is also counted in stats (misuse_errors).
+// Checked entry points (device_allocator::free, the C API) detect the same
+// misuse first and throw / return a status instead.
+void report_misuse(const std::string& msg) noexcept;
+}  // namespace detail
+
+using misuse_handler = void (*)(const char* message);
+// Installs the handler for misuse detected in noexcept paths; returns the old
+// one. nullptr restores the default (stderr). Thread-safe.
+misuse_handler set_misuse_handler(misuse_handler h) noexcept;
+
+}  // namespace gcpressure
+
+#define GCPRESSURE_FAIL(msg) ::gcpressure::detail::throw_logic_error(__FILE__, __LINE__, (msg))
+#define GCPRESSURE_EXPECTS(cond, msg)                                     \
+  do {                                                                    \
+    if (!(cond)) ::gcpressure::detail::throw_logic_error(__FILE__, __LINE__, (msg)); \
+  } while (0)

@@ -1,0 +1,106 @@
+// gcpressure/pool_resource.hpp — a stream-aware caching pool over any upstream.
+//
+// Best fit with splitting and coalescing (PyTorch caching allocator style):
+// requests up to 1 MiB come from 2 MiB "small" segments, up to 10 MiB from
+// 20 MiB segments, larger ones get their own segment rounded to 2 MiB. Free
+// blocks are indexed per owning stream. See Note [Stream-aware reuse] in
+// pool_resource.cpp.
+//
+// Thread safety: all members are thread-safe. From a finalizer: no (takes the
+// pool lock); finalizers queue frees instead (deferred_free_queue).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <atomic>
+#include <memory>
+
+#include "gcpressure/resource.hpp"
+
+namespace gcpressure {
+
+struct pool_options {
+  std::size_t small_threshold = std::size_t{1} << 20;     // <= this: small pool
+  std::size_t small_segment = std::size_t{2} << 20;       // small pool segment size
+  std::size_t medium_threshold = std::size_t{10} << 20;   // <= this: medium segments
+  std::size_t medium_segment = std::size_t{20} << 20;
+  std::size_t large_round = std::size_t{2} << 20;         // larger: own segment rounded to this
+  std::size_t min_block = 512;                            // rounding of every request
+};
+
+struct pool_counters {
+  std::size_t reserved = 0;     // bytes held from upstream
+  std::size_t allocated = 0;    // bytes in live blocks (rounded)
+  std::size_t requested = 0;    // bytes callers asked for, live
+  std::size_t live_blocks = 0;
+  std::size_t free_blocks = 0;
+  std::size_t segments = 0;
+  std::size_t pending_blocks = 0;  // free blocks waiting on an event before cross-stream reuse
+  std::uint64_t hits = 0, upstream_allocations = 0, upstream_frees = 0, upstream_failures = 0;
+  std::uint64_t misuse_errors = 0, events_waited = 0;
+};
+
+namespace detail {
+struct pool_impl;
+}
+
+class pool_resource final : public device_resource {
+ public:
+  // `upstream` must outlive the pool. Its stream_ops are used for events.
+  explicit pool_resource(device_resource& upstream, pool_options opts = {});
+  ~pool_resource() override;  // returns every segment upstream (live blocks: reported, leaked)
+
+  // Size a request is rounded to. Thread-safe; callable from a finalizer.
+  std::size_t rounded_size(std::size_t bytes) const noexcept;
+
+  // Returns idle segments (entirely free, no pending stream work) upstream
+  // without waiting. Returns the bytes released.
+  std::size_t release_cached() noexcept;
+  // Waits for every pending cross-stream event (making those blocks reusable
+  // by any stream). Returns the number of events waited for. Never a device-wide sync.
+  std::size_t wait_pending();
+  // wait_pending() then release_cached(). Returns the bytes released.
+  std::size_t trim();
+
+  // True if `p` is the start of a live block of this pool. Thread-safe.
+  bool owns_live(const void* p) const noexcept;
+  // The requested size of the live block at `p`, or 0 if none.
+  std::size_t live_size(const void* p) const noexcept;
+
+  pool_counters counters() const noexcept;
+  device_resource& upstream() noexcept { return upstream_; }
+
+ private:
+  void* do_allocate(std::size_t bytes, stream_ref stream) override;
+  void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept override;
+  device_memory_info do_memory_info() const override { return upstream_.memory_info(); }
+  stream_ops& do_streams() noexcept override { return upstream_.streams(); }
+  const char* do_name() const noexcept override { return "pool"; }
+
+  device_resource& upstream_;
+  std::unique_ptr<detail::pool_impl> impl_;
+};
+
+// Fails upstream allocations that would take the bytes it has handed out past
+// a limit, before the upstream is asked (RMM's limiting_resource_adaptor).
+// Thread-safe; the limit can change at run time.
+class limiting_adaptor final : public device_resource {
+ public:
+  limiting_adaptor(device_resource& upstream, std::size_t limit) : upstream_(upstream), limit_(limit) {}
+  void set_limit(std::size_t limit) noexcept { limit_.store(limit, std::memory_order_relaxed); }
+  std::size_t limit() const noexcept { return limit_.load(std::memory_order_relaxed); }
+  std::size_t used() const noexcept { return used_.load(std::memory_order_relaxed); }
+
+ private:
+  void* do_allocate(std::size_t bytes, stream_ref stream) override;
+  void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept override;
+  device_memory_info do_memory_info() const override { return upstream_.memory_info(); }
+  stream_ops& do_streams() noexcept override { return upstream_.streams(); }
+  const char* do_name() const noexcept override { return "limiting"; }
+
+  device_resource& upstream_;
+  std::atomic<std::size_t> limit_;
+  std::atomic<std::size_t> used_{0};
+};
+
+}  // namespace gcpressure

@@ -1,0 +1,65 @@
+// gcpressure/resource.hpp — the device memory resource interface (RMM style).
+//
+// Public non-virtual allocate/deallocate call private virtual do_*; adaptors
+// (pool, limiting, statistics, fault injection) wrap an upstream resource.
+//
+// Thread safety: every resource in this library is thread-safe.
+// From a finalizer: no. Finalizers only queue frees (deferred_free_queue).
+#pragma once
+
+#include <cstddef>
+
+#include "gcpressure/types.hpp"
+
+namespace gcpressure {
+
+// Events and stream synchronisation of one backend. The pool uses them for
+// stream-aware reuse: a block freed on stream A may be handed to stream B only
+// after an event recorded on A (after the free) has completed.
+class stream_ops {
+ public:
+  virtual ~stream_ops() = default;
+  // An event that completes when all work queued on `s` so far has completed.
+  virtual event_ref record(stream_ref s) = 0;
+  // Non-blocking: has the event completed?
+  virtual bool query(event_ref e) = 0;
+  // Blocks until the event has completed.
+  virtual void synchronize(event_ref e) = 0;
+  // Frees the event. noexcept: safe during process exit.
+  virtual void release(event_ref e) noexcept = 0;
+};
+
+// Stream ops for a backend whose work is always complete (synchronous).
+stream_ops& synchronous_stream_ops() noexcept;
+
+class device_resource {
+ public:
+  device_resource() = default;
+  device_resource(const device_resource&) = delete;
+  device_resource& operator=(const device_resource&) = delete;
+  virtual ~device_resource() = default;
+
+  // Returns memory of at least `bytes`, aligned to gcpressure::alignment,
+  // usable by work on `stream`. Throws out_of_memory when the resource cannot
+  // provide it, logic_error for bytes == 0.
+  void* allocate(std::size_t bytes, stream_ref stream = nullptr) { return do_allocate(bytes, stream); }
+
+  // Returns memory; ordered after the work already queued on `stream`.
+  // Never throws; misuse is reported (Note [Misuse in noexcept paths]).
+  void deallocate(void* p, std::size_t bytes, stream_ref stream = nullptr) noexcept {
+    do_deallocate(p, bytes, stream);
+  }
+
+  device_memory_info memory_info() const { return do_memory_info(); }
+  stream_ops& streams() noexcept { return do_streams(); }
+  const char* name() const noexcept { return do_name(); }
+
+ private:
+  virtual void* do_allocate(std::size_t bytes, stream_ref stream) = 0;
+  virtual void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept = 0;
+  virtual device_memory_info do_memory_info() const = 0;
+  virtual stream_ops& do_streams() noexcept { return synchronous_stream_ops(); }
+  virtual const char* do_name() const noexcept = 0;
+};
+
+}  // namespace gcpressure
