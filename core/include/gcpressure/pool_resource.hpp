@@ -15,7 +15,10 @@
 #include <atomic>
 #include <memory>
 
+#include <mutex>
+
 #include "gcpressure/resource.hpp"
+#include "gcpressure/stats.hpp"
 
 namespace gcpressure {
 
@@ -67,6 +70,10 @@ class pool_resource final : public device_resource {
   // The requested size of the live block at `p`, or 0 if none.
   std::size_t live_size(const void* p) const noexcept;
 
+  // deallocate() that reports what it did: the requested size of the block
+  // freed, or 0 when `p` was not a live block (misuse, reported).
+  std::size_t deallocate_sized(void* p, std::size_t bytes, stream_ref stream) noexcept;
+
   pool_counters counters() const noexcept;
   device_resource& upstream() noexcept { return upstream_; }
 
@@ -89,7 +96,9 @@ class limiting_adaptor final : public device_resource {
   limiting_adaptor(device_resource& upstream, std::size_t limit) : upstream_(upstream), limit_(limit) {}
   void set_limit(std::size_t limit) noexcept { limit_.store(limit, std::memory_order_relaxed); }
   std::size_t limit() const noexcept { return limit_.load(std::memory_order_relaxed); }
-  std::size_t used() const noexcept { return used_.load(std::memory_order_relaxed); }
+  // Bytes handed out and not yet returned (rounded to 256).
+  std::size_t used() const noexcept { return static_cast<std::size_t>(usage_.current()); }
+  stat_value usage() const noexcept { return usage_.get(); }
 
  private:
   void* do_allocate(std::size_t bytes, stream_ref stream) override;
@@ -100,7 +109,8 @@ class limiting_adaptor final : public device_resource {
 
   device_resource& upstream_;
   std::atomic<std::size_t> limit_;
-  std::atomic<std::size_t> used_{0};
+  std::mutex mu_;  // serialises the check-and-add against the limit
+  detail::stat_counter usage_;
 };
 
 }  // namespace gcpressure

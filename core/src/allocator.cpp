@@ -1,0 +1,357 @@
+// device_allocator: the façade a runtime talks to.
+//
+// The path of a block (docs/DESIGN.md has the picture):
+//   allocate → hook.before_allocate (policy may collect) → drain deferred
+//   frees → pool (→ limiting adaptor → upstream) → on failure the reclaim
+//   ladder, retrying after each step → out_of_memory with the whole story.
+//
+// Note [Locks and collections]
+// No allocator lock is held while the hook runs: a collection runs
+// finalizers, finalizers push onto the deferred queue (lock-free), and a
+// runtime may free from inside them. The pool lock is taken only inside
+// pool_resource calls and never across a hook call.
+#include "gcpressure/allocator.hpp"
+
+#include <sstream>
+#include <unordered_map>
+
+#include "gcpressure/cuda_resource.hpp"
+#include "gcpressure/error.hpp"
+#include "gcpressure/host_resource.hpp"
+
+namespace gcpressure {
+
+// --- deferred_free_queue (out of line: not a template) -----------------------
+
+deferred_free_queue::~deferred_free_queue() {
+  deferred_free* n = head_.exchange(nullptr);
+  while (n) {
+    deferred_free* next = n->next;
+    delete n;
+    n = next;
+  }
+}
+
+bool deferred_free_queue::push(void* ptr, std::size_t bytes, stream_ref stream) noexcept {
+  auto* n = new (std::nothrow) deferred_free{ptr, bytes, stream, nullptr};
+  if (!n) return false;
+  n->next = head_.load(std::memory_order_relaxed);
+  while (!head_.compare_exchange_weak(n->next, n, std::memory_order_release, std::memory_order_relaxed)) {
+  }
+  pending_.fetch_add(1, std::memory_order_relaxed);
+  pending_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  pushed_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+// --- construction ------------------------------------------------------------
+
+struct nopool_table {
+  std::unordered_map<const void*, std::size_t> live;
+};
+
+namespace {
+thread_local int t_hook_depth = 0;  // > 0 while this thread runs hook code
+struct hook_scope {
+  hook_scope() { ++t_hook_depth; }
+  ~hook_scope() { --t_hook_depth; }
+};
+}  // namespace
+
+std::unique_ptr<device_resource> make_resource(const allocator_options& o) {
+  switch (o.backend) {
+    case backend_kind::host: return std::make_unique<host_resource>(o.host_capacity);
+    case backend_kind::cuda: return std::make_unique<cuda_resource>(o.device);
+    case backend_kind::cuda_async: return std::make_unique<cuda_async_resource>(o.device, o.async_release_threshold);
+  }
+  GCPRESSURE_FAIL("make_resource: unknown backend");
+}
+
+allocator_options allocator_options::from_config(const config& c) {
+  allocator_options o;
+  switch (c.backend) {
+    case backend_choice::automatic: o.backend = cuda_available() ? backend_kind::cuda_async : backend_kind::host; break;
+    case backend_choice::host: o.backend = backend_kind::host; break;
+    case backend_choice::cuda: o.backend = backend_kind::cuda; break;
+    case backend_choice::cuda_async: o.backend = backend_kind::cuda_async; break;
+  }
+  o.device = c.device;
+  o.host_capacity = c.host_capacity;
+  o.soft_limit = c.soft_limit;
+  o.hard_limit = c.hard_limit;
+  o.pool = c.pool;
+  o.async_release_threshold = c.async_release_threshold;
+  return o;
+}
+
+device_allocator::device_allocator(allocator_options opts) : opts_(opts) {
+  owned_upstream_ = make_resource(opts_);
+  upstream_ = owned_upstream_.get();
+  const std::size_t total = upstream_->memory_info().total;
+  std::size_t hard = opts_.hard_limit.is_set() ? opts_.hard_limit.resolve(total) : total;
+  std::size_t soft = opts_.soft_limit.is_set() ? opts_.soft_limit.resolve(total) : hard / 4 * 3;
+  GCPRESSURE_EXPECTS(hard > 0, "device_allocator: the hard limit resolves to 0 bytes");
+  if (soft > hard) soft = hard;
+  limiter_ = std::make_unique<limiting_adaptor>(*upstream_, hard);
+  soft_limit_.store(soft);
+  if (opts_.pool) pool_ = std::make_unique<pool_resource>(*limiter_, opts_.pool_opts);
+  else nopool_ = std::make_unique<nopool_table>();
+}
+
+device_allocator::device_allocator(device_resource& upstream, allocator_options opts) : opts_(opts) {
+  upstream_ = &upstream;
+  const std::size_t total = upstream_->memory_info().total;
+  std::size_t hard = opts_.hard_limit.is_set() ? opts_.hard_limit.resolve(total) : total;
+  std::size_t soft = opts_.soft_limit.is_set() ? opts_.soft_limit.resolve(total) : hard / 4 * 3;
+  GCPRESSURE_EXPECTS(hard > 0, "device_allocator: the hard limit resolves to 0 bytes");
+  if (soft > hard) soft = hard;
+  limiter_ = std::make_unique<limiting_adaptor>(*upstream_, hard);
+  soft_limit_.store(soft);
+  if (opts_.pool) pool_ = std::make_unique<pool_resource>(*limiter_, opts_.pool_opts);
+  else nopool_ = std::make_unique<nopool_table>();
+}
+
+device_allocator::~device_allocator() {
+  drain();
+  if (nopool_ && !nopool_->live.empty()) {
+    std::ostringstream os;
+    os << "device_allocator destroyed with " << nopool_->live.size() << " live block(s); they are leaked";
+    detail::report_misuse(os.str());
+  }
+  pool_.reset();
+}
+
+device_resource& device_allocator::top() noexcept {
+  return pool_ ? static_cast<device_resource&>(*pool_) : static_cast<device_resource&>(*limiter_);
+}
+
+// --- allocation --------------------------------------------------------------
+
+void* device_allocator::try_allocate(std::size_t bytes, stream_ref stream) {
+  void* p = top().allocate(bytes, stream);
+  std::size_t rounded;
+  if (pool_) {
+    rounded = pool_->rounded_size(bytes);
+  } else {
+    rounded = round_up(bytes, alignment);
+    try {
+      std::lock_guard<std::mutex> lk(nopool_mu_);
+      nopool_->live.emplace(p, bytes);
+    } catch (...) {
+      limiter_->deallocate(p, bytes, stream);
+      throw out_of_memory("device_allocator: no host memory for bookkeeping");
+    }
+  }
+  requested_.add(static_cast<std::int64_t>(bytes));
+  allocated_.add(static_cast<std::int64_t>(rounded));
+  active_.add(1);
+  since_mark_.fetch_add(bytes, std::memory_order_relaxed);
+  allocs_.fetch_add(1, std::memory_order_relaxed);
+  return p;
+}
+
+void* device_allocator::allocate(std::size_t bytes, stream_ref stream) {
+  if (bytes == 0) GCPRESSURE_FAIL("allocate: zero-byte request (allocate at least 1 byte, or skip the call)");
+  if (bytes > max_request_bytes) {
+    ooms_.fetch_add(1, std::memory_order_relaxed);
+    throw_oom(bytes, "nothing (the request is larger than any device)", "absurd size");
+  }
+  allocation_hook* h = t_hook_depth == 0 ? hook() : nullptr;  // no nested collections
+  if (h) {
+    hook_scope scope;
+    h->before_allocate(*this, bytes, stream);
+  }
+  drain();
+  std::string cause;
+  try {
+    return try_allocate(bytes, stream);
+  } catch (const out_of_memory& e) {
+    cause = e.what();
+  }
+  // Note [Reclaim ladder]: cheapest first; retry after every step that did
+  // something. Collector steps belong to the hook; without one they are no-ops.
+  std::ostringstream tried;
+  for (int i = 0; i < ladder_step_count; ++i) {
+    const auto step = static_cast<ladder_step>(i);
+    ladder_[i].fetch_add(1, std::memory_order_relaxed);
+    std::size_t freed = 0;
+    bool did = false;
+    switch (step) {
+      case ladder_step::release_cache: freed = release_cached(); did = freed > 0; break;
+      case ladder_step::wait_streams: did = wait_pending() > 0; break;
+      case ladder_step::drain: freed = drain(); did = freed > 0; break;
+      case ladder_step::trim: freed = trim(); did = true; break;
+      case ladder_step::finish_and_drain:
+      case ladder_step::full_collection:
+      case ladder_step::full_collection_2:
+        if (h) {
+          hook_scope scope;
+          did = h->reclaim(*this, step);
+        }
+        freed = drain();
+        did = did || freed > 0;
+        break;
+    }
+    tried << (i ? ", " : "") << to_string(step);
+    if (!h && (step == ladder_step::finish_and_drain || step == ladder_step::full_collection ||
+               step == ladder_step::full_collection_2))
+      tried << " (no collector)";
+    else if (freed) tried << " (freed " << format_bytes(freed) << ")";
+    else if (!did) tried << " (nothing to do)";
+    if (!did) continue;
+    try {
+      return try_allocate(bytes, stream);
+    } catch (const out_of_memory& e) {
+      cause = e.what();
+    }
+  }
+  ooms_.fetch_add(1, std::memory_order_relaxed);
+  throw_oom(bytes, tried.str(), cause.c_str());
+}
+
+void device_allocator::throw_oom(std::size_t bytes, const std::string& tried, const char* cause) {
+  const auto s = stats();
+  std::ostringstream os;
+  os << "gcpressure: out of memory on device " << s.device << " (" << to_string(s.backend) << "): tried to allocate "
+     << format_bytes(bytes) << " (" << bytes << " bytes). Live (requested) " << format_bytes(s.requested.current)
+     << ", allocated " << format_bytes(s.allocated.current) << ", reserved " << format_bytes(s.reserved.current)
+     << ", cached " << format_bytes(s.cached) << ", deferred frees pending " << s.deferred_pending
+     << ". Limits: soft limit " << format_bytes(s.soft_limit) << ", hard limit " << format_bytes(s.hard_limit)
+     << ". Device: " << format_bytes(s.device_memory.free) << " free of " << format_bytes(s.device_memory.total)
+     << ". Reclaim ladder tried: " << tried << ". Last failure: " << cause << ".";
+  throw out_of_memory(os.str());
+}
+
+// --- frees ------------------------------------------------------------------
+
+void device_allocator::account_free(std::size_t requested, std::size_t rounded) noexcept {
+  requested_.sub(static_cast<std::int64_t>(requested));
+  allocated_.sub(static_cast<std::int64_t>(rounded));
+  active_.sub(1);
+  frees_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void device_allocator::free(void* p, std::size_t bytes, stream_ref stream) {
+  if (!p) GCPRESSURE_FAIL("free: null pointer");
+  std::size_t live;
+  if (pool_) {
+    live = pool_->live_size(p);
+  } else {
+    std::lock_guard<std::mutex> lk(nopool_mu_);
+    auto it = nopool_->live.find(p);
+    live = it == nopool_->live.end() ? 0 : it->second;
+  }
+  if (live == 0) {
+    misuse_.fetch_add(1, std::memory_order_relaxed);
+    std::ostringstream os;
+    os << "free: " << p << " is not a live allocation of this allocator (double free or foreign pointer)";
+    GCPRESSURE_FAIL(os.str());
+  }
+  if (live != bytes) {
+    misuse_.fetch_add(1, std::memory_order_relaxed);
+    std::ostringstream os;
+    os << "free: " << p << " was allocated with " << live << " bytes but freed with " << bytes;
+    GCPRESSURE_FAIL(os.str());
+  }
+  deallocate(p, bytes, stream);
+}
+
+void device_allocator::deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept {
+  if (!p) return;
+  if (pool_) {
+    const std::size_t had = pool_->deallocate_sized(p, bytes, stream);
+    if (had == 0) return;  // reported and counted by the pool
+    account_free(had, pool_->rounded_size(had));
+    return;
+  }
+  std::size_t had = 0;
+  {
+    std::lock_guard<std::mutex> lk(nopool_mu_);
+    auto it = nopool_->live.find(p);
+    if (it != nopool_->live.end()) {
+      had = it->second;
+      nopool_->live.erase(it);
+    }
+  }
+  if (had == 0) {
+    misuse_.fetch_add(1, std::memory_order_relaxed);
+    std::ostringstream os;
+    os << "device_allocator::deallocate: " << p << " is not a live allocation (double free or foreign pointer); ignored";
+    detail::report_misuse(os.str());
+    return;
+  }
+  limiter_->deallocate(p, had, stream);
+  account_free(had, round_up(had, alignment));
+}
+
+std::size_t device_allocator::drain() noexcept {
+  std::size_t bytes = 0;
+  deferred_.drain([&](void* p, std::size_t n, stream_ref s) {
+    deallocate(p, n, s);
+    bytes += n;
+  });
+  return bytes;
+}
+
+// --- maintenance and stats ---------------------------------------------------
+
+std::size_t device_allocator::release_cached() noexcept { return pool_ ? pool_->release_cached() : 0; }
+std::size_t device_allocator::wait_pending() { return pool_ ? pool_->wait_pending() : 0; }
+std::size_t device_allocator::trim() { return pool_ ? pool_->trim() : 0; }
+
+bool device_allocator::owns(const void* p) const noexcept {
+  if (pool_) return pool_->owns_live(p);
+  std::lock_guard<std::mutex> lk(nopool_mu_);
+  return nopool_->live.count(p) != 0;
+}
+
+void device_allocator::reset_peaks() noexcept {
+  requested_.reset_peak();
+  allocated_.reset_peak();
+  active_.reset_peak();
+}
+
+device_memory_info device_allocator::device_memory() const { return upstream_->memory_info(); }
+
+allocator_stats device_allocator::stats() const {
+  allocator_stats s;
+  s.backend = opts_.backend;
+  s.device = opts_.device;
+  s.requested = requested_.get();
+  s.allocated = allocated_.get();
+  s.reserved = limiter_->usage();
+  s.active_blocks = active_.get();
+  s.allocations = allocs_.load(std::memory_order_relaxed);
+  s.frees = frees_.load(std::memory_order_relaxed);
+  s.misuse_errors = misuse_.load(std::memory_order_relaxed);
+  s.ooms = ooms_.load(std::memory_order_relaxed);
+  if (pool_) {
+    const auto c = pool_->counters();
+    s.pool_hits = c.hits;
+    s.upstream_allocations = c.upstream_allocations;
+    s.upstream_frees = c.upstream_frees;
+    s.upstream_failures = c.upstream_failures;
+    s.cross_stream_waits = c.events_waited;
+    s.misuse_errors += c.misuse_errors;
+  } else {
+    s.upstream_allocations = s.allocations;
+    s.upstream_frees = s.frees;
+  }
+  s.cached = s.reserved.current > s.allocated.current
+                 ? static_cast<std::size_t>(s.reserved.current - s.allocated.current)
+                 : 0;
+  s.since_mark = since_mark();
+  s.deferred_pending = deferred_.pending();
+  s.soft_limit = soft_limit();
+  s.hard_limit = hard_limit();
+  try {
+    s.device_memory = upstream_->memory_info();
+  } catch (...) {
+    // CUDA may be unloading; leave zeros.
+  }
+  for (int i = 0; i < ladder_step_count; ++i) s.ladder[i] = ladder_[i].load(std::memory_order_relaxed);
+  if (auto* h = hook()) h->fill_stats(s.gc);
+  return s;
+}
+
+}  // namespace gcpressure

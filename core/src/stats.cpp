@@ -1,0 +1,159 @@
+#include "gcpressure/stats.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+#include "gcpressure/config.hpp"
+
+namespace gcpressure {
+
+const char* to_string(ladder_step s) noexcept {
+  switch (s) {
+    case ladder_step::release_cache: return "release_cache";
+    case ladder_step::finish_and_drain: return "finish_and_drain";
+    case ladder_step::wait_streams: return "wait_streams";
+    case ladder_step::full_collection: return "full_collection";
+    case ladder_step::full_collection_2: return "full_collection_2";
+    case ladder_step::drain: return "drain";
+    case ladder_step::trim: return "trim";
+  }
+  return "?";
+}
+
+const char* to_string(gc_kind k) noexcept {
+  switch (k) {
+    case gc_kind::minor: return "minor";
+    case gc_kind::incremental_full: return "incremental_full";
+    case gc_kind::blocking_full: return "blocking_full";
+  }
+  return "?";
+}
+
+const char* to_string(gc_reason r) noexcept {
+  switch (r) {
+    case gc_reason::early: return "early";
+    case gc_reason::quiet_moment: return "quiet_moment";
+    case gc_reason::ladder: return "ladder";
+    case gc_reason::user: return "user";
+    case gc_reason::baseline: return "baseline";
+  }
+  return "?";
+}
+
+namespace {
+
+void json_stat(std::ostringstream& os, const char* name, const stat_value& v) {
+  os << "\"" << name << "\":{\"current\":" << v.current << ",\"peak\":" << v.peak << ",\"total\":" << v.total
+     << "}";
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string row(const char* name, const stat_value& v, bool bytes) {
+  char buf[160];
+  if (bytes)
+    std::snprintf(buf, sizeof buf, "  %-14s %14s %14s %16s\n", name, format_bytes(v.current).c_str(),
+                  format_bytes(v.peak).c_str(), format_bytes(v.total).c_str());
+  else
+    std::snprintf(buf, sizeof buf, "  %-14s %14lld %14lld %16lld\n", name, static_cast<long long>(v.current),
+                  static_cast<long long>(v.peak), static_cast<long long>(v.total));
+  return buf;
+}
+
+}  // namespace
+
+std::string to_text(const allocator_stats& s) {
+  std::ostringstream os;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "gcpressure: device %d (%s), effective limits: soft %s, hard %s\n", s.device,
+                to_string(s.backend), format_bytes(s.soft_limit).c_str(), format_bytes(s.hard_limit).c_str());
+  os << buf;
+  std::snprintf(buf, sizeof buf, "  %-14s %14s %14s %16s\n", "", "current", "peak", "total");
+  os << buf;
+  os << row("requested", s.requested, true) << row("allocated", s.allocated, true)
+     << row("reserved", s.reserved, true) << row("blocks", s.active_blocks, false);
+  std::snprintf(buf, sizeof buf,
+                "  cached %s, deferred frees pending %zu, device free %s of %s\n"
+                "  allocations %llu, frees %llu, pool hits %llu, upstream allocs %llu / frees %llu / failures %llu, "
+                "OOMs %llu, misuse %llu\n",
+                format_bytes(s.cached).c_str(), s.deferred_pending, format_bytes(s.device_memory.free).c_str(),
+                format_bytes(s.device_memory.total).c_str(), static_cast<unsigned long long>(s.allocations),
+                static_cast<unsigned long long>(s.frees), static_cast<unsigned long long>(s.pool_hits),
+                static_cast<unsigned long long>(s.upstream_allocations),
+                static_cast<unsigned long long>(s.upstream_frees),
+                static_cast<unsigned long long>(s.upstream_failures), static_cast<unsigned long long>(s.ooms),
+                static_cast<unsigned long long>(s.misuse_errors));
+  os << buf;
+  os << "  reclaim ladder:";
+  for (int i = 0; i < ladder_step_count; ++i)
+    os << " " << to_string(static_cast<ladder_step>(i)) << "=" << s.ladder[i];
+  os << "\n";
+  const auto& g = s.gc;
+  std::snprintf(buf, sizeof buf,
+                "  collections (%s): minor %llu, incremental full %llu, blocking full %llu; "
+                "gc %.3f s, longest pause %.3f ms, finalized %llu, reclaimed %s\n",
+                g.policy.empty() ? "no policy" : g.policy.c_str(),
+                static_cast<unsigned long long>(g.by_kind[0]), static_cast<unsigned long long>(g.by_kind[1]),
+                static_cast<unsigned long long>(g.by_kind[2]), g.gc_seconds, g.longest_pause_seconds * 1e3,
+                static_cast<unsigned long long>(g.finalized), format_bytes(g.reclaimed_bytes).c_str());
+  os << buf;
+  os << "  by reason:";
+  for (int i = 0; i < gc_reason_count; ++i) os << " " << to_string(static_cast<gc_reason>(i)) << "=" << g.by_reason[i];
+  os << "\n";
+  return os.str();
+}
+
+std::string to_json(const allocator_stats& s) {
+  std::ostringstream os;
+  os << "{\"device\":" << s.device << ",\"backend\":\"" << to_string(s.backend) << "\",";
+  json_stat(os, "requested", s.requested);
+  os << ",";
+  json_stat(os, "allocated", s.allocated);
+  os << ",";
+  json_stat(os, "reserved", s.reserved);
+  os << ",";
+  json_stat(os, "blocks", s.active_blocks);
+  os << ",\"allocations\":" << s.allocations << ",\"frees\":" << s.frees << ",\"pool_hits\":" << s.pool_hits
+     << ",\"upstream_allocations\":" << s.upstream_allocations << ",\"upstream_frees\":" << s.upstream_frees
+     << ",\"upstream_failures\":" << s.upstream_failures << ",\"cross_stream_waits\":" << s.cross_stream_waits
+     << ",\"misuse_errors\":" << s.misuse_errors << ",\"ooms\":" << s.ooms << ",\"cached\":" << s.cached
+     << ",\"since_mark\":" << s.since_mark << ",\"deferred_pending\":" << s.deferred_pending
+     << ",\"soft_limit\":" << s.soft_limit << ",\"hard_limit\":" << s.hard_limit
+     << ",\"device_free\":" << s.device_memory.free << ",\"device_total\":" << s.device_memory.total
+     << ",\"ladder\":{";
+  for (int i = 0; i < ladder_step_count; ++i)
+    os << (i ? "," : "") << "\"" << to_string(static_cast<ladder_step>(i)) << "\":" << s.ladder[i];
+  const auto& g = s.gc;
+  os << "},\"gc\":{\"policy\":\"" << json_escape(g.policy) << "\",\"by_kind\":{";
+  for (int i = 0; i < gc_kind_count; ++i)
+    os << (i ? "," : "") << "\"" << to_string(static_cast<gc_kind>(i)) << "\":" << g.by_kind[i];
+  os << "},\"by_reason\":{";
+  for (int i = 0; i < gc_reason_count; ++i)
+    os << (i ? "," : "") << "\"" << to_string(static_cast<gc_reason>(i)) << "\":" << g.by_reason[i];
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "},\"incremental_slices\":%llu,\"gc_seconds\":%.6f,\"longest_pause_seconds\":%.6f,"
+                "\"finalized\":%llu,\"reclaimed_bytes\":%llu,\"reclaimed_per_collection\":%.1f}}",
+                static_cast<unsigned long long>(g.incremental_slices), g.gc_seconds, g.longest_pause_seconds,
+                static_cast<unsigned long long>(g.finalized), static_cast<unsigned long long>(g.reclaimed_bytes),
+                g.reclaimed_per_collection);
+  os << buf;
+  return os.str();
+}
+
+}  // namespace gcpressure
