@@ -2,7 +2,7 @@
 //
 // Declared in every build; in a build without CUDA (GCPRESSURE_WITH_CUDA=OFF)
 // constructors throw logic_error and cuda_available() returns false. All CUDA
-// calls of core/ live in core/src/cuda_backend.cpp.
+// calls of core/ live in core/src/cuda_backend.cu.
 #pragma once
 
 #include <cstddef>

@@ -1,0 +1,53 @@
+// gcpressure/collector.hpp — what the pressure policy needs from a runtime's
+// garbage collector. Boehm (gc_bridge/) is the first implementation; Guile,
+// Lua and CPython implement it through the C API. Nothing in the policy may
+// assume more than this.
+//
+// Thread safety: implementations must accept calls from any thread that the
+// runtime allows to allocate. None of these may be called from a finalizer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gcpressure {
+
+struct collector_counters {
+  std::uint64_t collections = 0;       // every collection the runtime ran, ours or its own
+  std::uint64_t full_collections = 0;  // whole-heap ones among them (when known)
+  double seconds = 0;                  // time the runtime reports spending in GC (0 if unknown)
+  std::size_t heap_bytes = 0;          // the runtime's own heap size (0 if unknown)
+};
+
+class collector {
+ public:
+  virtual ~collector() = default;
+  virtual const char* name() const noexcept = 0;
+
+  // A young-generation (minor / partial) collection, run to completion.
+  // Young garbage is found; objects that survived an earlier collection may
+  // not be (they are "old").
+  virtual void collect_minor() = 0;
+
+  // Whole-heap cycles in bounded slices. has_incremental_full() false means
+  // step_full() runs a blocking full collection in one go.
+  virtual bool has_incremental_full() const noexcept = 0;
+  // Starts a whole-heap cycle if none is in progress.
+  virtual void start_full() = 0;
+  // Advances the cycle for about `budget_seconds`; true when it completed.
+  virtual bool step_full(double budget_seconds) = 0;
+  virtual bool full_in_progress() const = 0;
+
+  // Blocking whole-heap collection (stop-the-world where the runtime has
+  // one). Used by the reclaim ladder and by baselines, never by the pressure
+  // policy in a steady state.
+  virtual void collect_full() = 0;
+
+  // Runs finalizers that collections made pending; returns how many ran
+  // (or an estimate; 0 if unknown).
+  virtual std::size_t run_finalizers() = 0;
+
+  virtual collector_counters counters() const = 0;
+};
+
+}  // namespace gcpressure

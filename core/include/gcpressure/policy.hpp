@@ -1,0 +1,109 @@
+// gcpressure/policy.hpp — pressure policies: when to ask the runtime's
+// collector for which collection, so that device memory stays bounded.
+//
+// A policy is bound to one device_allocator and one collector; it installs
+// itself as the allocator's hook (Note [The hook point]) and removes itself
+// when destroyed. Policies: "pressure" (ours), and the baselines "at_limit",
+// "every_iteration", "cudajl", "dotnet" and "explicit_free" — see
+// docs/DESIGN.md and core/src/baselines.cpp for what each one does.
+//
+// Thread safety: all public members are thread-safe. None may be called from
+// a finalizer. Collections never run while an allocator lock is held.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "gcpressure/allocator.hpp"
+#include "gcpressure/collector.hpp"
+
+namespace gcpressure {
+
+struct policy_options {
+  double gc_budget = 0.05;             // fraction of wall time collections may take
+  int every_n = 1;                     // every_iteration: collect every N iterations (or allocations)
+  bool every_n_allocations = false;    // every_iteration: count allocations, not iterations
+  double slice_seconds = 0.002;        // longest slice of an incremental whole-heap cycle
+  double quiet_fraction = 0.5;         // at a quiet moment, collect once this much of the young budget is used
+  double growth = 1.0;                 // young budget as a multiple of the live set left by the last collection
+  std::size_t min_young_bytes = std::size_t{4} << 20;  // never collect more often than every 4 MiB
+  bool verbose = false;
+
+  static policy_options from_config(const config& c);
+};
+
+class gc_policy : public allocation_hook {
+ public:
+  gc_policy(device_allocator& a, collector& c, policy_options o);
+  ~gc_policy() override;
+  gc_policy(const gc_policy&) = delete;
+  gc_policy& operator=(const gc_policy&) = delete;
+
+  virtual const char* name() const noexcept = 0;
+
+  // The runtime's hints. quiet_moment(): few temporaries are alive (a stream
+  // or device synchronize). iteration(): an iteration boundary (also quiet).
+  virtual void quiet_moment() {}
+  virtual void iteration() { quiet_moment(); }
+
+  // A collection the user asked for (reason "user"): runs it, its finalizers
+  // and the drain.
+  void collect(gc_kind kind);
+
+  // allocation_hook
+  bool reclaim(device_allocator& a, ladder_step step) override;
+  void fill_stats(collection_stats& out) const override;
+
+  device_allocator& allocator() noexcept { return alloc_; }
+  collector& gc() noexcept { return gc_; }
+  const policy_options& options() const noexcept { return opts_; }
+  double wall_seconds() const noexcept;
+
+ protected:
+  struct outcome {
+    double seconds = 0;            // wall time of the collection + finalizers + drain
+    std::size_t reclaimed = 0;     // device live bytes it freed
+    std::size_t live_after = 0;
+    std::size_t young_before = 0;  // bytes allocated since the previous collection
+  };
+  // Runs a whole collection of `kind` (blocking_full or minor; an
+  // incremental_full is finished in one go), then finalizers and the drain,
+  // then records it. Resets the allocator's since-mark.
+  outcome run_collection(gc_kind kind, gc_reason reason);
+  // Advances the incremental whole-heap cycle by one slice; starts it if
+  // needed. Returns true (with `out` filled) when the cycle completed.
+  bool step_full_cycle(gc_reason reason, outcome* out);
+  bool full_cycle_active() const noexcept { return full_active_; }
+  void record(gc_kind kind, gc_reason reason, const outcome& o, double pause);
+
+  device_allocator& alloc_;
+  collector& gc_;
+  policy_options opts_;
+  // Serialises collections the policy runs. Never an allocator lock: frees
+  // from finalizers take only the pool lock, which is never held here.
+  std::recursive_mutex collect_mu_;
+
+ private:
+  mutable std::mutex stats_mu_;
+  collection_stats stats_;
+  std::uint64_t collections_ = 0;
+  std::chrono::steady_clock::time_point start_;
+  // Incremental whole-heap cycle state (guarded by collect_mu_).
+  bool full_active_ = false;
+  double full_seconds_ = 0;
+  std::size_t full_live_before_ = 0;
+  std::size_t full_young_before_ = 0;
+};
+
+// Creates a policy by name: pressure | at_limit | every_iteration | cudajl |
+// dotnet | explicit_free. Throws logic_error naming the bad name.
+std::unique_ptr<gc_policy> make_policy(const std::string& name, device_allocator& a, collector& c,
+                                       policy_options o = {});
+
+// Names of every policy, for help text and benchmarks (nullptr-terminated).
+const char* const* policy_names() noexcept;
+
+}  // namespace gcpressure

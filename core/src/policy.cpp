@@ -1,0 +1,331 @@
+// The policy base (timing, counters, the collector half of the reclaim
+// ladder) and the "pressure" policy.
+//
+// Note [Why device bytes must drive the collector]
+// A runtime's array object is a few dozen host bytes holding gigabytes of
+// device memory. The host collector's heuristics count host bytes, so they
+// never run while the device fills up. The policy counts the device bytes
+// allocated since the last collection ("young" bytes) and asks the collector
+// for a collection when they justify one — before an allocation fails.
+//
+// Note [Generations of device bytes]
+// After a collection every surviving handle is old: in a generational
+// collector (Boehm in incremental mode) a minor collection will not free it
+// again, only a whole-heap cycle will. So the policy keeps
+//   young  = device bytes allocated since the last collection,
+//   old    = device bytes live right after the last collection,
+//   floor  = device bytes live right after the last whole-heap cycle,
+// and treats old - floor as old bytes that may be garbage: promoted
+// temporaries. Minor collections handle young garbage; a whole-heap cycle is
+// scheduled only when the suspected old garbage is worth a young budget, and
+// it runs incrementally, one bounded slice per allocation, paced by the GC
+// time budget. A blocking full collection is never scheduled; only the reclaim
+// ladder runs one, when an allocation would otherwise fail.
+//
+// Note [Budgets are measured]
+// The young budget is the larger of (a) growth x the live set the last
+// collection left and (b) the bytes that keep minor-collection time within
+// the GC budget at the measured allocation rate and the measured cost of a
+// minor collection (c_minor * rate / budget), scaled up when collections
+// reclaim little of what was allocated. It is capped by the headroom under
+// the soft limit and under the device's free memory.
+#include "gcpressure/policy.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "gcpressure/error.hpp"
+
+namespace gcpressure {
+
+namespace {
+using clock_type = std::chrono::steady_clock;
+double since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
+}  // namespace
+
+policy_options policy_options::from_config(const config& c) {
+  policy_options o;
+  o.gc_budget = c.gc_budget;
+  o.every_n = c.every_n;
+  o.verbose = c.verbose;
+  return o;
+}
+
+gc_policy::gc_policy(device_allocator& a, collector& c, policy_options o)
+    : alloc_(a), gc_(c), opts_(o), start_(clock_type::now()) {
+  GCPRESSURE_EXPECTS(o.gc_budget > 0 && o.gc_budget <= 1, "policy_options.gc_budget must be in (0, 1]");
+  GCPRESSURE_EXPECTS(o.every_n >= 1, "policy_options.every_n must be >= 1");
+  a.set_hook(this);
+}
+
+gc_policy::~gc_policy() {
+  if (alloc_.hook() == this) alloc_.set_hook(nullptr);
+}
+
+double gc_policy::wall_seconds() const noexcept { return since(start_); }
+
+void gc_policy::record(gc_kind kind, gc_reason reason, const outcome& o, double pause) {
+  std::lock_guard<std::mutex> lk(stats_mu_);
+  stats_.by_kind[static_cast<int>(kind)]++;
+  stats_.by_reason[static_cast<int>(reason)]++;
+  stats_.gc_seconds += o.seconds;
+  stats_.longest_pause_seconds = std::max(stats_.longest_pause_seconds, pause);
+  stats_.reclaimed_bytes += o.reclaimed;
+  ++collections_;
+  if (opts_.verbose)
+    std::fprintf(stderr, "gcpressure[%s]: %s collection (%s) %.3f ms, reclaimed %s, live %s\n", name(),
+                 to_string(kind), to_string(reason), o.seconds * 1e3, format_bytes(o.reclaimed).c_str(),
+                 format_bytes(o.live_after).c_str());
+}
+
+gc_policy::outcome gc_policy::run_collection(gc_kind kind, gc_reason reason) {
+  std::lock_guard<std::recursive_mutex> lk(collect_mu_);
+  outcome o;
+  alloc_.drain();  // frees already queued are not this collection's work
+  o.young_before = alloc_.since_mark();
+  const std::size_t before = alloc_.live_bytes();
+  const auto t0 = clock_type::now();
+  double pause;
+  switch (kind) {
+    case gc_kind::minor: gc_.collect_minor(); break;
+    case gc_kind::blocking_full: gc_.collect_full(); break;
+    case gc_kind::incremental_full:
+      if (!full_active_) gc_.start_full();
+      while (!gc_.step_full(opts_.slice_seconds)) {
+      }
+      full_active_ = false;
+      break;
+  }
+  pause = since(t0);
+  gc_.run_finalizers();
+  alloc_.drain();
+  o.seconds = since(t0);
+  o.live_after = alloc_.live_bytes();
+  o.reclaimed = before > o.live_after ? before - o.live_after : 0;
+  alloc_.mark();
+  record(kind, reason, o, pause);
+  return o;
+}
+
+bool gc_policy::step_full_cycle(gc_reason reason, outcome* out) {
+  std::lock_guard<std::recursive_mutex> lk(collect_mu_);
+  const auto t0 = clock_type::now();
+  if (!full_active_) {
+    alloc_.drain();
+    full_live_before_ = alloc_.live_bytes();
+    full_young_before_ = alloc_.since_mark();
+    full_seconds_ = 0;
+    full_active_ = true;
+    gc_.start_full();
+  }
+  const bool done = gc_.step_full(opts_.slice_seconds);
+  const double slice = since(t0);
+  full_seconds_ += slice;
+  {
+    std::lock_guard<std::mutex> s(stats_mu_);
+    stats_.incremental_slices++;
+    stats_.longest_pause_seconds = std::max(stats_.longest_pause_seconds, slice);
+    stats_.gc_seconds += slice;  // counted as it happens so that pacing sees it
+  }
+  if (!done) return false;
+  full_active_ = false;
+  const auto t1 = clock_type::now();
+  gc_.run_finalizers();
+  alloc_.drain();
+  outcome o;
+  o.young_before = full_young_before_;
+  o.live_after = alloc_.live_bytes();
+  o.reclaimed = full_live_before_ > o.live_after ? full_live_before_ - o.live_after : 0;
+  const double fin = since(t1);
+  o.seconds = fin;  // slices are already in gc_seconds
+  alloc_.mark();
+  record(gc_kind::incremental_full, reason, o, 0);
+  o.seconds = full_seconds_ + fin;
+  if (out) *out = o;
+  return true;
+}
+
+void gc_policy::collect(gc_kind kind) { run_collection(kind, gc_reason::user); }
+
+bool gc_policy::reclaim(device_allocator&, ladder_step step) {
+  switch (step) {
+    case ladder_step::finish_and_drain: {
+      std::lock_guard<std::recursive_mutex> lk(collect_mu_);
+      if (full_active_) {
+        while (!step_full_cycle(gc_reason::ladder, nullptr)) {
+        }
+      } else {
+        run_collection(gc_kind::minor, gc_reason::ladder);
+      }
+      return true;
+    }
+    case ladder_step::full_collection:
+    case ladder_step::full_collection_2:
+      run_collection(gc_kind::blocking_full, gc_reason::ladder);
+      return true;
+    default: return false;
+  }
+}
+
+void gc_policy::fill_stats(collection_stats& out) const {
+  std::lock_guard<std::mutex> lk(stats_mu_);
+  out = stats_;
+  out.policy = name();
+  out.finalized = alloc_.deferred().pushed();
+  out.reclaimed_per_collection = collections_ ? static_cast<double>(stats_.reclaimed_bytes) / collections_ : 0;
+}
+
+// --- the pressure policy -------------------------------------------------------
+
+namespace {
+
+class pressure_policy final : public gc_policy {
+ public:
+  pressure_policy(device_allocator& a, collector& c, policy_options o) : gc_policy(a, c, o) {
+    last_end_ = clock_type::now();
+  }
+  const char* name() const noexcept override { return "pressure"; }
+
+  void before_allocate(device_allocator& a, std::size_t bytes, stream_ref) override {
+    std::unique_lock<std::recursive_mutex> lk(collect_mu_, std::try_to_lock);
+    if (!lk.owns_lock()) return;  // another thread is collecting: do not queue up behind it
+    const std::size_t young = a.since_mark() + bytes;
+    const std::size_t budget = young_budget();
+    const bool over = over_headroom(a, bytes);
+    if (full_cycle_active()) {
+      // Pace the whole-heap cycle: a slice while GC time is within budget,
+      // and slices until it completes once memory needs it.
+      const bool need = young >= budget || over;
+      if (need || gc_fraction() < opts_.gc_budget) {
+        outcome o;
+        bool done = step_full_cycle(gc_reason::early, &o);
+        while (!done && need) done = step_full_cycle(gc_reason::early, &o);
+        if (done) after_full(o);
+      }
+      return;
+    }
+    if (young >= budget || (over && young >= opts_.min_young_bytes)) {
+      after_minor(run_collection(gc_kind::minor, gc_reason::early));
+      maybe_start_full(gc_reason::early);
+    }
+  }
+
+  void quiet_moment() override {
+    std::unique_lock<std::recursive_mutex> lk(collect_mu_, std::try_to_lock);
+    if (!lk.owns_lock()) return;
+    if (full_cycle_active()) {
+      if (gc_fraction() < opts_.gc_budget) {
+        outcome o;
+        if (step_full_cycle(gc_reason::quiet_moment, &o)) after_full(o);
+      }
+      return;
+    }
+    const std::size_t young = alloc_.since_mark();
+    if (young >= std::max<std::size_t>(opts_.min_young_bytes / 2,
+                                        static_cast<std::size_t>(opts_.quiet_fraction * young_budget()))) {
+      after_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment));
+      maybe_start_full(gc_reason::quiet_moment);
+    }
+  }
+
+ private:
+  double gc_fraction() {
+    collection_stats s;
+    fill_stats(s);
+    const double wall = wall_seconds();
+    return wall > 0 ? s.gc_seconds / wall : 0;
+  }
+
+  // Note [Budgets are measured]
+  std::size_t young_budget() const {
+    const double mem = std::max(opts_.growth * static_cast<double>(live_after_), static_cast<double>(opts_.min_young_bytes));
+    const double time_floor = (c_minor_ > 0 && rate_ > 0) ? c_minor_ * rate_ / opts_.gc_budget : 0;
+    double b = std::max(mem, time_floor) / std::clamp(yield_, 0.25, 1.0);
+    const std::size_t soft = alloc_.soft_limit();
+    const double head = soft > live_after_ ? static_cast<double>(soft - live_after_) : 0;
+    b = std::min(b, std::max(head, static_cast<double>(opts_.min_young_bytes)));
+    return static_cast<std::size_t>(b);
+  }
+
+  // True when this allocation would take live bytes past the soft limit, or
+  // reserved bytes near the hard limit or the device's free memory.
+  bool over_headroom(device_allocator& a, std::size_t bytes) {
+    const std::size_t live = a.live_bytes() + bytes;
+    const std::size_t reserved = a.reserved_bytes() + bytes;
+    if (live > a.soft_limit()) return true;
+    if (reserved > a.hard_limit() / 20 * 19) return true;
+    // Free device memory (other processes count): refreshed at collections.
+    const std::size_t grown = reserved > reserved_at_refresh_ ? reserved - reserved_at_refresh_ : 0;
+    return device_free_ > 0 && grown + device_free_ / 10 > device_free_;
+  }
+
+  void refresh_device() {
+    try {
+      device_free_ = alloc_.device_memory().free;
+      reserved_at_refresh_ = alloc_.reserved_bytes();
+    } catch (...) {
+      device_free_ = 0;
+    }
+  }
+
+  void learn(const outcome& o, double* cost) {
+    const double interval = std::chrono::duration<double>(clock_type::now() - last_end_).count() - o.seconds;
+    if (interval > 0 && o.young_before > 0) {
+      const double r = static_cast<double>(o.young_before) / interval;
+      rate_ = rate_ > 0 ? 0.75 * rate_ + 0.25 * r : r;
+    }
+    *cost = *cost > 0 ? 0.75 * *cost + 0.25 * o.seconds : o.seconds;
+    if (o.young_before > 0) yield_ = std::min(1.0, static_cast<double>(o.reclaimed) / static_cast<double>(o.young_before));
+    last_end_ = clock_type::now();
+    live_after_ = o.live_after;
+    refresh_device();
+  }
+
+  void after_minor(const outcome& o) {
+    learn(o, &c_minor_);
+    old_ = o.live_after;  // every survivor is old now
+  }
+
+  void after_full(const outcome& o) {
+    // The cycle's cost is learned separately: it must not inflate c_minor.
+    const double interval_cost = o.seconds;
+    c_full_ = c_full_ > 0 ? 0.75 * c_full_ + 0.25 * interval_cost : interval_cost;
+    last_end_ = clock_type::now();
+    live_after_ = o.live_after;
+    old_ = floor_ = o.live_after;
+    refresh_device();
+  }
+
+  // Note [Generations of device bytes]
+  void maybe_start_full(gc_reason reason) {
+    const std::size_t live = alloc_.live_bytes();
+    old_ = std::min(old_, live);
+    const std::size_t suspect = old_ > floor_ ? old_ - floor_ : 0;
+    if (suspect == 0) return;
+    const std::size_t budget = young_budget();
+    const bool pressing = live_after_ > alloc_.soft_limit() / 10 * 8;
+    const bool worth = suspect >= std::max(budget, opts_.min_young_bytes) || pressing;
+    if (!worth) return;
+    const double expected = c_full_ > 0 ? c_full_ : 5 * c_minor_;
+    collection_stats s;
+    fill_stats(s);
+    const double wall = wall_seconds();
+    const bool affordable = wall > 0 && (s.gc_seconds + expected) / wall <= opts_.gc_budget;
+    if (!affordable && !pressing) return;
+    outcome o;
+    if (step_full_cycle(reason, &o)) after_full(o);
+  }
+
+  double c_minor_ = 0, c_full_ = 0, rate_ = 0, yield_ = 1.0;
+  std::size_t live_after_ = 0, old_ = 0, floor_ = 0;
+  std::size_t device_free_ = 0, reserved_at_refresh_ = 0;
+  clock_type::time_point last_end_;
+};
+
+}  // namespace
+
+std::unique_ptr<gc_policy> make_pressure_policy(device_allocator& a, collector& c, policy_options o) {
+  return std::make_unique<pressure_policy>(a, c, o);
+}
+
+}  // namespace gcpressure

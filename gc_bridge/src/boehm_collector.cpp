@@ -1,0 +1,203 @@
+// Boehm GC as a gcpressure collector, and process-wide Boehm set-up.
+//
+// Note [Boehm facts this file relies on] (Debian bdwgc 8.2.2; each checked by
+// tests/test_boehm.cpp)
+// - GC_THREADS before gc.h; threads not made through its wrappers register
+//   (thread_scope). libgccpp is never linked: it replaces operator new.
+// - Incremental mode = generational: a partial collection does not clear
+//   mark bits, so an object that survived one collection is found dead only
+//   by the next full one. GC_start_incremental_collection() starts a partial
+//   cycle unless the count of partial cycles has reached the full frequency;
+//   forcing that frequency to 0 for the start makes the cycle whole-heap.
+// - GC_time_limit is unlimited by default (a cycle's mark runs in one pause);
+//   with a limit, marking is sliced and GC_collect_a_little() advances it.
+// - Dirty bits come from mprotect here (no soft-dirty bits), so nothing may
+//   write GC pages from outside (the device driver writes only device or
+//   pinned non-GC memory; handles are pointer-free GC_MALLOC_ATOMIC objects).
+// - There is no API to tell Boehm about external bytes: the policy is ours.
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "boehm_gc.hpp"
+#include "gcpressure/boehm.hpp"
+
+namespace gcpressure::boehm {
+
+namespace {
+
+std::atomic<bool> g_initialized{false};
+std::atomic<std::uint64_t> g_full_starts{0};
+std::atomic<std::uint64_t> g_gc_ns{0};
+std::atomic<std::int64_t> g_gc_started_ns{0};
+GC_on_collection_event_proc g_prev_event = nullptr;
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Called with the GC lock held: only atomics here.
+void GC_CALLBACK on_full_start() { g_full_starts.fetch_add(1, std::memory_order_relaxed); }
+
+void GC_CALLBACK on_event(GC_EventType e) {
+  if (e == GC_EVENT_START) g_gc_started_ns.store(now_ns(), std::memory_order_relaxed);
+  if (e == GC_EVENT_END) {
+    const auto t0 = g_gc_started_ns.load(std::memory_order_relaxed);
+    if (t0) g_gc_ns.fetch_add(static_cast<std::uint64_t>(now_ns() - t0), std::memory_order_relaxed);
+  }
+  if (g_prev_event) g_prev_event(e);
+}
+
+// The finalizer thread's state is leaked on purpose: the thread is detached
+// and may still run while static destructors do.
+struct finalizer_thread_state {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool pending = false;
+};
+finalizer_thread_state* g_fin = nullptr;
+
+void GC_CALLBACK notify_finalizers() {
+  {
+    std::lock_guard<std::mutex> lk(g_fin->mu);
+    g_fin->pending = true;
+  }
+  g_fin->cv.notify_one();
+}
+
+void finalizer_loop() {
+  thread_scope reg;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(g_fin->mu);
+      g_fin->cv.wait_for(lk, std::chrono::milliseconds(50), [] { return g_fin->pending; });
+      g_fin->pending = false;
+    }
+    if (GC_should_invoke_finalizers()) GC_invoke_finalizers();
+    detail::drain_all();
+  }
+}
+
+void* GC_CALLBACK set_full_freq(void* p) {
+  auto* v = static_cast<int*>(p);
+  const int old = GC_get_full_freq();
+  GC_set_full_freq(*v);
+  *v = old;
+  return nullptr;
+}
+
+std::atomic<bool> g_full_active{false};
+std::atomic<GC_word> g_full_start_no{0};
+
+}  // namespace
+
+void init(const runtime_options& o) {
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    if (o.finalizer_thread) GC_set_finalize_on_demand(1);
+    if (o.incremental) GC_enable_incremental();
+    GC_INIT();
+    GC_allow_register_threads();
+    if (o.incremental && o.time_limit_ms) GC_set_time_limit(o.time_limit_ms);
+    if (o.full_freq >= 0) {
+      int v = o.full_freq;
+      GC_call_with_alloc_lock(set_full_freq, &v);
+    }
+    GC_set_start_callback(on_full_start);
+    g_prev_event = GC_get_on_collection_event();
+    GC_set_on_collection_event(on_event);
+    if (o.finalizer_thread) {
+      g_fin = new finalizer_thread_state;
+      GC_set_finalizer_notifier(notify_finalizers);
+      std::thread(finalizer_loop).detach();
+    }
+    g_initialized.store(true);
+  });
+}
+
+bool initialized() noexcept { return g_initialized.load(); }
+
+thread_scope::thread_scope() {
+  if (GC_thread_is_registered()) return;
+  GC_stack_base sb;
+  if (GC_get_stack_base(&sb) != GC_SUCCESS) return;
+  registered_ = GC_register_my_thread(&sb) == GC_SUCCESS;
+}
+
+thread_scope::~thread_scope() {
+  if (registered_) GC_unregister_my_thread();
+}
+
+boehm_collector::boehm_collector() { init(); }
+
+void boehm_collector::collect_minor() {
+  if (!GC_is_incremental_mode()) {
+    GC_gcollect();
+    return;
+  }
+  GC_start_incremental_collection();
+  while (GC_collect_a_little()) {
+  }
+}
+
+bool boehm_collector::has_incremental_full() const noexcept { return GC_is_incremental_mode() != 0; }
+
+void boehm_collector::start_full() {
+  if (!GC_is_incremental_mode()) {
+    g_full_active.store(true);
+    return;
+  }
+  // A cycle already under way would absorb the start: finish it first.
+  while (GC_collect_a_little()) {
+  }
+  int zero = 0;
+  GC_call_with_alloc_lock(set_full_freq, &zero);  // next cycle is whole-heap
+  g_full_start_no.store(GC_get_gc_no());
+  GC_start_incremental_collection();
+  GC_call_with_alloc_lock(set_full_freq, &zero);  // restores the old frequency
+  g_full_active.store(true);
+}
+
+bool boehm_collector::step_full(double budget_seconds) {
+  if (!g_full_active.load()) return true;
+  if (!GC_is_incremental_mode()) {
+    GC_gcollect();
+    g_full_active.store(false);
+    return true;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto budget = std::chrono::duration<double>(budget_seconds);
+  // The cycle is done once the collection count moved past its start (the
+  // mutator's own allocations may have finished it for us).
+  while (GC_get_gc_no() == g_full_start_no.load()) {
+    if (!GC_collect_a_little() && GC_get_gc_no() == g_full_start_no.load()) {
+      // Nothing in progress and the count did not move: the start did not
+      // take (GC disabled); report done rather than spin.
+      break;
+    }
+    if (std::chrono::steady_clock::now() - t0 >= budget) return false;
+  }
+  g_full_active.store(false);
+  return true;
+}
+
+bool boehm_collector::full_in_progress() const { return g_full_active.load(); }
+
+void boehm_collector::collect_full() { GC_gcollect(); }
+
+std::size_t boehm_collector::run_finalizers() { return static_cast<std::size_t>(GC_invoke_finalizers()); }
+
+collector_counters boehm_collector::counters() const {
+  collector_counters c;
+  c.collections = GC_get_gc_no();
+  c.full_collections = g_full_starts.load(std::memory_order_relaxed);
+  c.seconds = static_cast<double>(g_gc_ns.load(std::memory_order_relaxed)) * 1e-9;
+  GC_word heap = 0, free_bytes = 0, unmapped = 0, since = 0, total = 0;
+  GC_get_heap_usage_safe(&heap, &free_bytes, &unmapped, &since, &total);
+  c.heap_bytes = heap > free_bytes ? heap - free_bytes : 0;
+  return c;
+}
+
+}  // namespace gcpressure::boehm

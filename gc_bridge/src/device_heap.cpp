@@ -1,0 +1,139 @@
+// GC-owned device buffers: allocation, finalizers, unsafe_free, shutdown.
+#include <new>
+#include <sstream>
+#include <thread>
+
+#include "boehm_gc.hpp"
+#include "gcpressure/boehm.hpp"
+#include "gcpressure/error.hpp"
+
+namespace gcpressure::boehm {
+
+// The GC object a runtime's array points to. Pointer-free
+// (GC_MALLOC_ATOMIC): the collector never scans it, and the device pointer is
+// hidden as well, so no bit pattern in it can keep anything alive.
+struct buffer {
+  GC_hidden_pointer ptr;
+  std::size_t bytes;
+  stream_ref stream;
+  std::uint32_t slot;
+  std::uint32_t generation;
+  std::atomic<int> state;  // see buffer_state
+};
+
+namespace {
+
+enum buffer_state : int { live = 0, freed = 1, finalized = 2 };
+
+detail::slot g_slots[detail::slot_count];
+std::atomic<std::uint64_t> g_orphaned{0};
+
+// Note [Finalizers only queue]: runs on whatever thread invokes finalizers.
+void GC_CALLBACK finalize(void* obj, void*) {
+  auto* b = static_cast<buffer*>(obj);
+  int expected = live;
+  if (!b->state.compare_exchange_strong(expected, finalized)) return;  // unsafe_free got there first
+  detail::slot& s = g_slots[b->slot];
+  s.users.fetch_add(1);
+  device_allocator* a = s.alloc.load();
+  if (a && s.generation.load() == b->generation) {
+    if (!a->deferred().push(GC_REVEAL_POINTER(b->ptr), b->bytes, b->stream)) g_orphaned.fetch_add(1);
+  } else {
+    g_orphaned.fetch_add(1);  // Note [Shutdown]: its heap is gone, the block went with it
+  }
+  s.users.fetch_sub(1);
+}
+
+[[noreturn]] void misuse(const buffer* b, const char* what) {
+  std::ostringstream os;
+  os << what << " (buffer " << static_cast<const void*>(b) << ")";
+  GCPRESSURE_FAIL(os.str());
+}
+
+}  // namespace
+
+namespace detail {
+slot* slots() noexcept { return g_slots; }
+
+void drain_all() noexcept {
+  for (auto& s : g_slots) {
+    if (!s.taken.load(std::memory_order_relaxed)) continue;
+    s.users.fetch_add(1);
+    if (auto* a = s.alloc.load()) a->drain();
+    s.users.fetch_sub(1);
+  }
+}
+}  // namespace detail
+
+std::uint64_t orphaned_finalizations() noexcept { return g_orphaned.load(); }
+
+device_heap::device_heap(allocator_options a, const std::string& policy, policy_options p) {
+  init();
+  alloc_ = std::make_unique<device_allocator>(a);
+  policy_ = make_policy(policy, *alloc_, collector_, p);
+  for (std::uint32_t i = 0; i < detail::slot_count; ++i) {
+    bool expected = false;
+    if (g_slots[i].taken.compare_exchange_strong(expected, true)) {
+      slot_ = i;
+      generation_ = g_slots[i].generation.fetch_add(1) + 1;
+      g_slots[i].alloc.store(alloc_.get());
+      return;
+    }
+  }
+  GCPRESSURE_FAIL("device_heap: more than 256 heaps alive at once");
+}
+
+std::unique_ptr<device_heap> device_heap::from_env() {
+  const config c = config_from_env();
+  return std::make_unique<device_heap>(allocator_options::from_config(c), c.policy, policy_options::from_config(c));
+}
+
+device_heap::~device_heap() {
+  // Note [Shutdown]: finalizers that run from now on see a new generation and
+  // do nothing; wait for those already looking at the allocator.
+  detail::slot& s = g_slots[slot_];
+  s.alloc.store(nullptr);
+  s.generation.fetch_add(1);
+  while (s.users.load() != 0) std::this_thread::yield();
+  s.taken.store(false);
+  policy_.reset();
+  alloc_.reset();
+}
+
+buffer* device_heap::alloc(std::size_t bytes, stream_ref stream) {
+  void* p = alloc_->allocate(bytes, stream);
+  void* mem = GC_MALLOC_ATOMIC(sizeof(buffer));
+  if (!mem) {
+    alloc_->deallocate(p, bytes, stream);
+    throw out_of_memory("gcpressure: the host GC heap has no room for a 48-byte buffer handle");
+  }
+  auto* b = new (mem) buffer{GC_HIDE_POINTER(p), bytes, stream, slot_, generation_, {live}};
+  GC_register_finalizer_no_order(b, finalize, nullptr, nullptr, nullptr);
+  return b;
+}
+
+void device_heap::unsafe_free(buffer* b) {
+  if (!b) GCPRESSURE_FAIL("unsafe_free: null buffer");
+  if (b->slot != slot_ || b->generation != generation_) misuse(b, "unsafe_free: the buffer belongs to another heap");
+  int expected = live;
+  if (!b->state.compare_exchange_strong(expected, freed))
+    misuse(b, expected == freed ? "unsafe_free: buffer already freed (double unsafe_free)"
+                                : "unsafe_free: buffer already finalized");
+  GC_register_finalizer_no_order(b, nullptr, nullptr, nullptr, nullptr);  // nothing left to finalize
+  alloc_->free(GC_REVEAL_POINTER(b->ptr), b->bytes, b->stream);
+}
+
+void* device_heap::data(const buffer* b) {
+  if (!b) GCPRESSURE_FAIL("data: null buffer");
+  const int st = b->state.load();
+  if (st != live) misuse(b, "data: use after free");
+  const detail::slot& s = g_slots[b->slot];
+  if (s.generation.load() != b->generation || !s.alloc.load()) misuse(b, "data: use after its heap shut down");
+  return GC_REVEAL_POINTER(b->ptr);
+}
+
+std::size_t device_heap::size(const buffer* b) noexcept { return b ? b->bytes : 0; }
+stream_ref device_heap::stream(const buffer* b) noexcept { return b ? b->stream : nullptr; }
+bool device_heap::is_live(const buffer* b) noexcept { return b && b->state.load() == live; }
+
+}  // namespace gcpressure::boehm
