@@ -32,6 +32,7 @@ std::atomic<std::uint64_t> g_full_starts{0};
 std::atomic<std::uint64_t> g_gc_ns{0};
 std::atomic<std::int64_t> g_gc_started_ns{0};
 GC_on_collection_event_proc g_prev_event = nullptr;
+GC_start_callback_proc g_prev_start = nullptr;  // e.g. Guile's before-GC hook
 
 std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -39,7 +40,10 @@ std::int64_t now_ns() {
 }
 
 // Called with the GC lock held: only atomics here.
-void GC_CALLBACK on_full_start() { g_full_starts.fetch_add(1, std::memory_order_relaxed); }
+void GC_CALLBACK on_full_start() {
+  g_full_starts.fetch_add(1, std::memory_order_relaxed);
+  if (g_prev_start) g_prev_start();
+}
 
 void GC_CALLBACK on_event(GC_EventType e) {
   if (e == GC_EVENT_START) g_gc_started_ns.store(now_ns(), std::memory_order_relaxed);
@@ -105,6 +109,8 @@ void init(const runtime_options& o) {
       int v = o.full_freq;
       GC_call_with_alloc_lock(set_full_freq, &v);
     }
+    // Chain, never replace, the runtime's own hooks (Guile has both).
+    g_prev_start = GC_get_start_callback();
     GC_set_start_callback(on_full_start);
     g_prev_event = GC_get_on_collection_event();
     GC_set_on_collection_event(on_event);

@@ -1,0 +1,156 @@
+/* gcpressure/gcpressure.h — the stable C API that language runtimes embed.
+ *
+ * Plain C (C11 and C++), opaque handles, no exceptions across the boundary:
+ * every call returns a gcpressure_status; gcpressure_last_error() gives the
+ * calling thread's last message. Option and callback structs start with a
+ * struct_size field so they can grow without breaking callers: always fill
+ * them with the *_init() functions first.
+ *
+ * Re-entrancy (Note [C API re-entrancy]): the runtime's collector callbacks
+ * run inside gcpressure_alloc (when the policy collects) and inside
+ * gcpressure_collect / gcpressure_quiet_moment / gcpressure_iteration. While
+ * they run, the runtime's finalizers may call any function marked
+ * "finalizer-safe" below, on the same allocator. Functions marked "not from a
+ * collection" return GCPRESSURE_ERR_BUSY when called from inside one.
+ */
+#ifndef GCPRESSURE_GCPRESSURE_H
+#define GCPRESSURE_GCPRESSURE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GCPRESSURE_API_VERSION 1
+
+typedef enum gcpressure_status {
+  GCPRESSURE_OK = 0,
+  GCPRESSURE_ERR_INVALID = 1,     /* null handle or pointer, zero size, bad option */
+  GCPRESSURE_ERR_OOM = 2,         /* out of device memory after the reclaim ladder */
+  GCPRESSURE_ERR_MISUSE = 3,      /* double free, foreign pointer, size mismatch */
+  GCPRESSURE_ERR_SHUTDOWN = 4,    /* the allocator was destroyed */
+  GCPRESSURE_ERR_CUDA = 5,        /* a CUDA call failed */
+  GCPRESSURE_ERR_UNSUPPORTED = 6, /* e.g. CUDA backend in a build without CUDA */
+  GCPRESSURE_ERR_BUSY = 7,        /* called from inside a collection where not allowed */
+  GCPRESSURE_ERR_TRUNCATED = 8,   /* output buffer too small (the size needed is returned) */
+  GCPRESSURE_ERR_INTERNAL = 9
+} gcpressure_status;
+
+typedef enum gcpressure_backend {
+  GCPRESSURE_BACKEND_AUTO = 0, /* cuda_async with a GPU, host otherwise */
+  GCPRESSURE_BACKEND_HOST = 1, /* simulated device in host memory */
+  GCPRESSURE_BACKEND_CUDA = 2, /* cudaMalloc */
+  GCPRESSURE_BACKEND_CUDA_ASYNC = 3
+} gcpressure_backend;
+
+typedef enum gcpressure_collector_kind {
+  GCPRESSURE_COLLECTOR_CALLBACKS = 0, /* the runtime registers callbacks */
+  GCPRESSURE_COLLECTOR_BOEHM = 1      /* this process's bdwgc (gcpressure_boehm_*) */
+} gcpressure_collector_kind;
+
+typedef struct gcpressure_options {
+  size_t struct_size;       /* sizeof(gcpressure_options) */
+  gcpressure_backend backend;
+  int device;
+  size_t host_capacity;     /* simulated device size; 0: 16 GiB */
+  const char* soft_limit;   /* "4GiB", "80%", bytes; NULL: 75% of the hard limit */
+  const char* hard_limit;   /* NULL: device memory */
+  const char* policy;       /* pressure | at_limit | every_iteration | cudajl | dotnet | explicit_free; NULL: pressure */
+  double gc_budget;         /* fraction of wall time for collections; 0: 0.05 */
+  int every_n;              /* every_iteration policy; 0: 1 */
+  int read_env;             /* nonzero: GCPRESSURE_* variables override these fields */
+  gcpressure_collector_kind collector;
+} gcpressure_options;
+
+typedef struct gcpressure_allocator gcpressure_allocator;
+typedef struct gcpressure_buffer gcpressure_buffer; /* a Boehm GC object */
+
+/* Collector callbacks. minor: a young-generation collection (or one step of
+ * the runtime's incremental collector) run to completion. full: a blocking
+ * whole-heap collection. run_finalizers: runs pending finalizers, returns how
+ * many (may be NULL when the runtime runs them itself during collections).
+ * start_full/step_full: optional whole-heap cycle in slices; step_full returns
+ * nonzero when the cycle completed (NULL: the policy uses full instead).
+ * heap_bytes: optional, the runtime's own heap size. */
+typedef struct gcpressure_collector_callbacks {
+  size_t struct_size; /* sizeof(gcpressure_collector_callbacks) */
+  void* context;
+  void (*minor)(void* context);
+  void (*full)(void* context);
+  size_t (*run_finalizers)(void* context);
+  void (*start_full)(void* context);
+  int (*step_full)(void* context, double budget_seconds);
+  size_t (*heap_bytes)(void* context);
+} gcpressure_collector_callbacks;
+
+/* Fills defaults and struct_size. Thread-safe; finalizer-safe. */
+void gcpressure_options_init(gcpressure_options* o);
+void gcpressure_collector_callbacks_init(gcpressure_collector_callbacks* c);
+
+/* The calling thread's last error message ("" if none). The pointer stays
+ * valid until the thread's next gcpressure call. Thread-safe; finalizer-safe. */
+const char* gcpressure_last_error(void);
+const char* gcpressure_status_string(gcpressure_status s);
+const char* gcpressure_version(void);
+
+/* Creates an allocator for one device. Thread-safe; not from a collection. */
+gcpressure_status gcpressure_create(const gcpressure_options* o, gcpressure_allocator** out);
+/* Destroys it. Live blocks: a documented leak (reported on stderr), never a
+ * use-after-free; later calls on `a` return GCPRESSURE_ERR_SHUTDOWN (the
+ * handle's few bytes are kept as a tombstone for that). Not from a collection. */
+gcpressure_status gcpressure_destroy(gcpressure_allocator* a);
+
+/* Registers the runtime's collector and (re)creates the policy over it.
+ * Thread-safe; not from a collection. */
+gcpressure_status gcpressure_set_collector(gcpressure_allocator* a, const gcpressure_collector_callbacks* c);
+
+/* Allocates device memory on `stream` (cudaStream_t or host stream; NULL the
+ * default). May run collections through the callbacks first. Thread-safe;
+ * finalizer-safe (no nested collection is started). */
+gcpressure_status gcpressure_alloc(gcpressure_allocator* a, size_t bytes, void* stream, void** out);
+/* Frees now, ordered on `stream`. Double free, foreign pointer and size
+ * mismatch return GCPRESSURE_ERR_MISUSE. Thread-safe; finalizer-safe. */
+gcpressure_status gcpressure_free(gcpressure_allocator* a, void* ptr, size_t bytes, void* stream);
+/* The call a runtime's finalizer makes: queues the block (lock-free, no CUDA);
+ * it returns to the pool at the next safe point. Thread-safe; finalizer-safe;
+ * safe inside a collection and at any lock state. */
+gcpressure_status gcpressure_release_from_finalizer(gcpressure_allocator* a, void* ptr, size_t bytes, void* stream);
+
+/* Policy hints and explicit collections. Thread-safe; not from a collection. */
+gcpressure_status gcpressure_quiet_moment(gcpressure_allocator* a);
+gcpressure_status gcpressure_iteration(gcpressure_allocator* a);
+gcpressure_status gcpressure_collect(gcpressure_allocator* a, int full);
+
+/* Maintenance. drain: finalizer-safe. trim: not from a collection. */
+gcpressure_status gcpressure_drain(gcpressure_allocator* a);
+gcpressure_status gcpressure_trim(gcpressure_allocator* a);
+/* Limits in bytes (0 leaves a limit unchanged). Thread-safe; finalizer-safe. */
+gcpressure_status gcpressure_set_limits(gcpressure_allocator* a, size_t soft, size_t hard);
+/* Live (requested) and reserved bytes. Thread-safe; finalizer-safe. */
+gcpressure_status gcpressure_usage(gcpressure_allocator* a, size_t* live, size_t* reserved);
+/* Stats as one JSON object into buf (NUL-terminated). *needed (if not NULL)
+ * gets the size including the NUL; GCPRESSURE_ERR_TRUNCATED if cap is too
+ * small. Thread-safe; finalizer-safe. */
+gcpressure_status gcpressure_stats_json(gcpressure_allocator* a, char* buf, size_t cap, size_t* needed);
+
+/* --- Boehm convenience, for runtimes built on bdwgc (one bdwgc per process) --- */
+/* Initialises bdwgc for gcpressure (idempotent). incremental: generational
+ * mode. finalizer_thread: on-demand finalization run by a gcpressure thread;
+ * pass 0 when the runtime runs finalizers itself (e.g. Guile). */
+gcpressure_status gcpressure_boehm_init(int incremental, int finalizer_thread);
+/* A GC-owned device buffer (allocator created with GCPRESSURE_COLLECTOR_BOEHM).
+ * Its finalizer queues the block. Thread-safe for registered threads. */
+gcpressure_status gcpressure_boehm_alloc(gcpressure_allocator* a, size_t bytes, void* stream, gcpressure_buffer** out);
+/* The device pointer (GCPRESSURE_ERR_MISUSE after unsafe_free). */
+gcpressure_status gcpressure_buffer_data(const gcpressure_buffer* b, void** out);
+size_t gcpressure_buffer_size(const gcpressure_buffer* b);
+/* Frees now; the finalizer later does nothing. Finalizer-safe. */
+gcpressure_status gcpressure_buffer_unsafe_free(gcpressure_allocator* a, gcpressure_buffer* b);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GCPRESSURE_GCPRESSURE_H */

@@ -1,0 +1,422 @@
+// The C API: status codes, thread-local messages, tombstoned handles.
+//
+// Note [C API re-entrancy]
+// Collector callbacks run with t_in_collection set. From there, the
+// runtime's finalizers may alloc/free/release/drain (no allocator lock is held
+// while a collection runs — Note [Locks and collections]); calls that would
+// start another collection return GCPRESSURE_ERR_BUSY instead of recursing
+// into a collector that is not re-entrant (Lua's, CPython's).
+#include "gcpressure/gcpressure.h"
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "gcpressure/allocator.hpp"
+#include "gcpressure/boehm.hpp"
+#include "gcpressure/cuda_resource.hpp"
+#include "gcpressure/error.hpp"
+#include "gcpressure/policy.hpp"
+
+using namespace gcpressure;
+
+namespace {
+
+constexpr std::uint64_t k_live = 0x6763707265737321ULL;  // "gcpress!"
+constexpr std::uint64_t k_dead = 0x646561646465616dULL;
+
+thread_local std::string t_error;
+thread_local int t_in_collection = 0;
+
+struct collection_scope {
+  collection_scope() { ++t_in_collection; }
+  ~collection_scope() { --t_in_collection; }
+};
+
+gcpressure_status fail(gcpressure_status s, std::string msg) {
+  t_error = std::move(msg);
+  return s;
+}
+
+class callback_collector final : public collector {
+ public:
+  explicit callback_collector(const gcpressure_collector_callbacks& c) : cb_(c) {}
+  const char* name() const noexcept override { return "callbacks"; }
+  void collect_minor() override {
+    collection_scope s;
+    cb_.minor(cb_.context);
+  }
+  bool has_incremental_full() const noexcept override { return cb_.start_full && cb_.step_full; }
+  void start_full() override {
+    collection_scope s;
+    if (cb_.start_full) cb_.start_full(cb_.context);
+    active_ = true;
+  }
+  bool step_full(double budget) override {
+    collection_scope s;
+    if (!cb_.step_full) {
+      cb_.full(cb_.context);
+      active_ = false;
+      return true;
+    }
+    const bool done = cb_.step_full(cb_.context, budget) != 0;
+    if (done) active_ = false;
+    return done;
+  }
+  bool full_in_progress() const override { return active_; }
+  void collect_full() override {
+    collection_scope s;
+    cb_.full(cb_.context);
+    ++full_;
+  }
+  std::size_t run_finalizers() override {
+    collection_scope s;
+    return cb_.run_finalizers ? cb_.run_finalizers(cb_.context) : 0;
+  }
+  collector_counters counters() const override {
+    collector_counters c;
+    c.full_collections = full_;
+    c.heap_bytes = cb_.heap_bytes ? cb_.heap_bytes(cb_.context) : 0;
+    return c;
+  }
+
+ private:
+  gcpressure_collector_callbacks cb_;
+  bool active_ = false;
+  std::uint64_t full_ = 0;
+};
+
+}  // namespace
+
+struct gcpressure_allocator {
+  std::uint64_t magic = k_live;
+  std::unique_ptr<boehm::device_heap> heap;        // GCPRESSURE_COLLECTOR_BOEHM
+  std::unique_ptr<device_allocator> alloc;         // GCPRESSURE_COLLECTOR_CALLBACKS
+  std::unique_ptr<callback_collector> collector;
+  std::unique_ptr<gc_policy> policy;
+  std::string policy_name;
+  policy_options popts;
+
+  device_allocator& a() { return heap ? heap->allocator() : *alloc; }
+  gc_policy* p() { return heap ? &heap->policy() : policy.get(); }
+};
+
+namespace {
+
+gcpressure_status check(gcpressure_allocator* a) {
+  if (!a) return fail(GCPRESSURE_ERR_INVALID, "gcpressure: null allocator handle");
+  if (a->magic == k_dead) return fail(GCPRESSURE_ERR_SHUTDOWN, "gcpressure: the allocator was destroyed");
+  if (a->magic != k_live) return fail(GCPRESSURE_ERR_INVALID, "gcpressure: not an allocator handle");
+  return GCPRESSURE_OK;
+}
+
+template <class F>
+gcpressure_status guarded(F&& f) noexcept {
+  try {
+    return f();
+  } catch (const out_of_memory& e) {
+    return fail(GCPRESSURE_ERR_OOM, e.what());
+  } catch (const cuda_error& e) {
+    return fail(GCPRESSURE_ERR_CUDA, e.what());
+  } catch (const gcpressure::logic_error& e) {
+    return fail(GCPRESSURE_ERR_INVALID, e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(GCPRESSURE_ERR_OOM, "gcpressure: out of host memory");
+  } catch (const std::exception& e) {
+    return fail(GCPRESSURE_ERR_INTERNAL, e.what());
+  } catch (...) {
+    return fail(GCPRESSURE_ERR_INTERNAL, "gcpressure: unknown exception");
+  }
+}
+
+#define GCP_CHECK(a)                                  \
+  do {                                                \
+    gcpressure_status st_ = check(a);                 \
+    if (st_ != GCPRESSURE_OK) return st_;             \
+  } while (0)
+
+#define GCP_NOT_IN_COLLECTION(what)                                                                   \
+  do {                                                                                               \
+    if (t_in_collection)                                                                             \
+      return fail(GCPRESSURE_ERR_BUSY, std::string("gcpressure: ") + what +                          \
+                                           " called from inside a collection; not allowed there"); \
+  } while (0)
+
+}  // namespace
+
+extern "C" {
+
+void gcpressure_options_init(gcpressure_options* o) {
+  if (!o) return;
+  std::memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+  o->backend = GCPRESSURE_BACKEND_AUTO;
+  o->collector = GCPRESSURE_COLLECTOR_CALLBACKS;
+}
+
+void gcpressure_collector_callbacks_init(gcpressure_collector_callbacks* c) {
+  if (!c) return;
+  std::memset(c, 0, sizeof *c);
+  c->struct_size = sizeof *c;
+}
+
+const char* gcpressure_last_error(void) { return t_error.c_str(); }
+
+const char* gcpressure_status_string(gcpressure_status s) {
+  switch (s) {
+    case GCPRESSURE_OK: return "ok";
+    case GCPRESSURE_ERR_INVALID: return "invalid argument";
+    case GCPRESSURE_ERR_OOM: return "out of memory";
+    case GCPRESSURE_ERR_MISUSE: return "misuse";
+    case GCPRESSURE_ERR_SHUTDOWN: return "use after destroy";
+    case GCPRESSURE_ERR_CUDA: return "CUDA error";
+    case GCPRESSURE_ERR_UNSUPPORTED: return "unsupported";
+    case GCPRESSURE_ERR_BUSY: return "busy (inside a collection)";
+    case GCPRESSURE_ERR_TRUNCATED: return "buffer too small";
+    case GCPRESSURE_ERR_INTERNAL: return "internal error";
+  }
+  return "unknown status";
+}
+
+const char* gcpressure_version(void) { return "0.1.0"; }
+
+gcpressure_status gcpressure_create(const gcpressure_options* o, gcpressure_allocator** out) {
+  if (!o || !out) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: null options or out pointer");
+  *out = nullptr;
+  if (o->struct_size < offsetof(gcpressure_options, collector) + sizeof(o->collector) || o->struct_size > 4096)
+    return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: options.struct_size is wrong; call gcpressure_options_init first");
+  GCP_NOT_IN_COLLECTION("gcpressure_create");
+  return guarded([&]() -> gcpressure_status {
+    config c;
+    if (o->read_env) c = config_from_env(c);
+    switch (o->backend) {
+      case GCPRESSURE_BACKEND_AUTO: break;
+      case GCPRESSURE_BACKEND_HOST: c.backend = backend_choice::host; break;
+      case GCPRESSURE_BACKEND_CUDA: c.backend = backend_choice::cuda; break;
+      case GCPRESSURE_BACKEND_CUDA_ASYNC: c.backend = backend_choice::cuda_async; break;
+      default: return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: unknown backend");
+    }
+    if ((c.backend == backend_choice::cuda || c.backend == backend_choice::cuda_async) && !cuda_available())
+      return fail(GCPRESSURE_ERR_UNSUPPORTED, "gcpressure_create: CUDA backend asked for, but no CUDA device is usable "
+                                               "(or the library was built without CUDA)");
+    if (o->device < 0) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: negative device");
+    if (!o->read_env || o->device) c.device = o->device;
+    if (o->host_capacity) c.host_capacity = o->host_capacity;
+    if (o->soft_limit) c.soft_limit = parse_size(o->soft_limit, "options.soft_limit");
+    if (o->hard_limit) c.hard_limit = parse_size(o->hard_limit, "options.hard_limit");
+    if (o->policy) c.policy = o->policy;
+    if (o->gc_budget < 0 || o->gc_budget > 1) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: gc_budget must be in [0, 1]");
+    if (o->gc_budget > 0) c.gc_budget = o->gc_budget;
+    if (o->every_n < 0) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: every_n must be >= 0");
+    if (o->every_n > 0) c.every_n = o->every_n;
+    bool known = false;
+    for (const char* const* n = policy_names(); *n; ++n) known = known || c.policy == *n;
+    if (!known) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: unknown policy '" + c.policy + "'");
+
+    auto h = std::make_unique<gcpressure_allocator>();
+    h->policy_name = c.policy;
+    h->popts = policy_options::from_config(c);
+    const auto ao = allocator_options::from_config(c);
+    if (o->collector == GCPRESSURE_COLLECTOR_BOEHM) {
+      h->heap = std::make_unique<boehm::device_heap>(ao, c.policy, h->popts);
+    } else if (o->collector == GCPRESSURE_COLLECTOR_CALLBACKS) {
+      h->alloc = std::make_unique<device_allocator>(ao);
+    } else {
+      return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: unknown collector kind");
+    }
+    *out = h.release();
+    return GCPRESSURE_OK;
+  });
+}
+
+gcpressure_status gcpressure_destroy(gcpressure_allocator* a) {
+  GCP_CHECK(a);
+  GCP_NOT_IN_COLLECTION("gcpressure_destroy");
+  return guarded([&] {
+    a->policy.reset();
+    a->collector.reset();
+    a->heap.reset();
+    a->alloc.reset();
+    a->magic = k_dead;  // the shell stays: later calls get GCPRESSURE_ERR_SHUTDOWN
+    return GCPRESSURE_OK;
+  });
+}
+
+gcpressure_status gcpressure_set_collector(gcpressure_allocator* a, const gcpressure_collector_callbacks* c) {
+  GCP_CHECK(a);
+  GCP_NOT_IN_COLLECTION("gcpressure_set_collector");
+  if (a->heap) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_set_collector: this allocator uses the Boehm collector");
+  if (!c || c->struct_size < sizeof(void*) * 2 || c->struct_size > 4096)
+    return fail(GCPRESSURE_ERR_INVALID, "gcpressure_set_collector: null callbacks or bad struct_size");
+  if (!c->minor || !c->full) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_set_collector: minor and full are required");
+  return guarded([&] {
+    gcpressure_collector_callbacks cb;
+    gcpressure_collector_callbacks_init(&cb);
+    std::memcpy(&cb, c, std::min(c->struct_size, sizeof cb));
+    cb.struct_size = sizeof cb;
+    a->policy.reset();  // unhooks before its collector goes
+    a->collector = std::make_unique<callback_collector>(cb);
+    a->policy = make_policy(a->policy_name, *a->alloc, *a->collector, a->popts);
+    return GCPRESSURE_OK;
+  });
+}
+
+gcpressure_status gcpressure_alloc(gcpressure_allocator* a, size_t bytes, void* stream, void** out) {
+  GCP_CHECK(a);
+  if (!out) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_alloc: null out pointer");
+  *out = nullptr;
+  if (bytes == 0) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_alloc: zero-byte request");
+  return guarded([&] {
+    *out = a->a().allocate(bytes, stream);
+    return GCPRESSURE_OK;
+  });
+}
+
+gcpressure_status gcpressure_free(gcpressure_allocator* a, void* ptr, size_t bytes, void* stream) {
+  GCP_CHECK(a);
+  if (!ptr) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_free: null pointer");
+  try {
+    a->a().free(ptr, bytes, stream);
+    return GCPRESSURE_OK;
+  } catch (const gcpressure::logic_error& e) {
+    return fail(GCPRESSURE_ERR_MISUSE, e.what());
+  } catch (...) {
+    return fail(GCPRESSURE_ERR_INTERNAL, "gcpressure_free: unexpected exception");
+  }
+}
+
+gcpressure_status gcpressure_release_from_finalizer(gcpressure_allocator* a, void* ptr, size_t bytes, void* stream) {
+  GCP_CHECK(a);
+  if (!ptr) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_release_from_finalizer: null pointer");
+  if (!a->a().deferred().push(ptr, bytes, stream))
+    return fail(GCPRESSURE_ERR_OOM, "gcpressure_release_from_finalizer: no host memory for the queue node");
+  return GCPRESSURE_OK;
+}
+
+gcpressure_status gcpressure_quiet_moment(gcpressure_allocator* a) {
+  GCP_CHECK(a);
+  GCP_NOT_IN_COLLECTION("gcpressure_quiet_moment");
+  return guarded([&] {
+    if (auto* p = a->p()) p->quiet_moment();
+    return GCPRESSURE_OK;
+  });
+}
+
+gcpressure_status gcpressure_iteration(gcpressure_allocator* a) {
+  GCP_CHECK(a);
+  GCP_NOT_IN_COLLECTION("gcpressure_iteration");
+  return guarded([&] {
+    if (auto* p = a->p()) p->iteration();
+    return GCPRESSURE_OK;
+  });
+}
+
+gcpressure_status gcpressure_collect(gcpressure_allocator* a, int full) {
+  GCP_CHECK(a);
+  GCP_NOT_IN_COLLECTION("gcpressure_collect");
+  return guarded([&] {
+    auto* p = a->p();
+    if (!p) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_collect: no collector registered");
+    p->collect(full ? gc_kind::blocking_full : gc_kind::minor);
+    return GCPRESSURE_OK;
+  });
+}
+
+gcpressure_status gcpressure_drain(gcpressure_allocator* a) {
+  GCP_CHECK(a);
+  a->a().drain();
+  return GCPRESSURE_OK;
+}
+
+gcpressure_status gcpressure_trim(gcpressure_allocator* a) {
+  GCP_CHECK(a);
+  GCP_NOT_IN_COLLECTION("gcpressure_trim");
+  return guarded([&] {
+    a->a().drain();
+    a->a().trim();
+    return GCPRESSURE_OK;
+  });
+}
+
+gcpressure_status gcpressure_set_limits(gcpressure_allocator* a, size_t soft, size_t hard) {
+  GCP_CHECK(a);
+  auto& al = a->a();
+  const size_t h = hard ? hard : al.hard_limit();
+  const size_t s = soft ? soft : al.soft_limit();
+  if (s > h) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_set_limits: soft limit above hard limit");
+  al.set_hard_limit(h);
+  al.set_soft_limit(s);
+  return GCPRESSURE_OK;
+}
+
+gcpressure_status gcpressure_usage(gcpressure_allocator* a, size_t* live, size_t* reserved) {
+  GCP_CHECK(a);
+  if (live) *live = a->a().live_bytes();
+  if (reserved) *reserved = a->a().reserved_bytes();
+  return GCPRESSURE_OK;
+}
+
+gcpressure_status gcpressure_stats_json(gcpressure_allocator* a, char* buf, size_t cap, size_t* needed) {
+  GCP_CHECK(a);
+  return guarded([&] {
+    const std::string j = a->a().stats_json();
+    if (needed) *needed = j.size() + 1;
+    if (!buf || cap < j.size() + 1) {
+      if (buf && cap) buf[0] = '\0';
+      return fail(GCPRESSURE_ERR_TRUNCATED, "gcpressure_stats_json: buffer too small");
+    }
+    std::memcpy(buf, j.c_str(), j.size() + 1);
+    return GCPRESSURE_OK;
+  });
+}
+
+gcpressure_status gcpressure_boehm_init(int incremental, int finalizer_thread) {
+  return guarded([&] {
+    boehm::runtime_options o;
+    o.incremental = incremental != 0;
+    o.finalizer_thread = finalizer_thread != 0;
+    boehm::init(o);
+    return GCPRESSURE_OK;
+  });
+}
+
+gcpressure_status gcpressure_boehm_alloc(gcpressure_allocator* a, size_t bytes, void* stream, gcpressure_buffer** out) {
+  GCP_CHECK(a);
+  if (!out) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_boehm_alloc: null out pointer");
+  *out = nullptr;
+  if (!a->heap) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_boehm_alloc: allocator not created with GCPRESSURE_COLLECTOR_BOEHM");
+  if (bytes == 0) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_boehm_alloc: zero-byte request");
+  return guarded([&] {
+    *out = reinterpret_cast<gcpressure_buffer*>(a->heap->alloc(bytes, stream));
+    return GCPRESSURE_OK;
+  });
+}
+
+gcpressure_status gcpressure_buffer_data(const gcpressure_buffer* b, void** out) {
+  if (!b || !out) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_buffer_data: null buffer or out pointer");
+  try {
+    *out = boehm::device_heap::data(reinterpret_cast<const boehm::buffer*>(b));
+    return GCPRESSURE_OK;
+  } catch (const std::exception& e) {
+    *out = nullptr;
+    return fail(GCPRESSURE_ERR_MISUSE, e.what());
+  }
+}
+
+size_t gcpressure_buffer_size(const gcpressure_buffer* b) {
+  return boehm::device_heap::size(reinterpret_cast<const boehm::buffer*>(b));
+}
+
+gcpressure_status gcpressure_buffer_unsafe_free(gcpressure_allocator* a, gcpressure_buffer* b) {
+  GCP_CHECK(a);
+  if (!b) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_buffer_unsafe_free: null buffer");
+  if (!a->heap) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_buffer_unsafe_free: not a Boehm allocator");
+  try {
+    a->heap->unsafe_free(reinterpret_cast<boehm::buffer*>(b));
+    return GCPRESSURE_OK;
+  } catch (const std::exception& e) {
+    return fail(GCPRESSURE_ERR_MISUSE, e.what());
+  }
+}
+
+}  // extern "C"
