@@ -129,11 +129,9 @@ device_resource& device_allocator::top() noexcept {
 
 void* device_allocator::try_allocate(std::size_t bytes, stream_ref stream) {
   void* p = top().allocate(bytes, stream);
-  std::size_t rounded;
-  if (pool_) {
-    rounded = pool_->rounded_size(bytes);
-  } else {
-    rounded = round_up(bytes, alignment);
+  if (pool_) return p;  // the pool accounts under its own lock (Note [Accounting])
+  const std::size_t rounded = round_up(bytes, alignment);
+  {
     try {
       std::lock_guard<std::mutex> lk(nopool_mu_);
       nopool_->live.emplace(p, bytes);
@@ -145,7 +143,7 @@ void* device_allocator::try_allocate(std::size_t bytes, stream_ref stream) {
   requested_.add(static_cast<std::int64_t>(bytes));
   allocated_.add(static_cast<std::int64_t>(rounded));
   active_.add(1);
-  since_mark_.fetch_add(bytes, std::memory_order_relaxed);
+  total_requested_.fetch_add(bytes, std::memory_order_relaxed);
   allocs_.fetch_add(1, std::memory_order_relaxed);
   return p;
 }
@@ -259,9 +257,7 @@ void device_allocator::free(void* p, std::size_t bytes, stream_ref stream) {
 void device_allocator::deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept {
   if (!p) return;
   if (pool_) {
-    const std::size_t had = pool_->deallocate_sized(p, bytes, stream);
-    if (had == 0) return;  // reported and counted by the pool
-    account_free(had, pool_->rounded_size(had));
+    pool_->deallocate_sized(p, bytes, stream);  // misuse reported and counted by the pool
     return;
   }
   std::size_t had = 0;
@@ -285,6 +281,7 @@ void device_allocator::deallocate(void* p, std::size_t bytes, stream_ref stream)
 }
 
 std::size_t device_allocator::drain() noexcept {
+  if (deferred_.empty()) return 0;
   std::size_t bytes = 0;
   deferred_.drain([&](void* p, std::size_t n, stream_ref s) {
     deallocate(p, n, s);
@@ -298,6 +295,10 @@ std::size_t device_allocator::drain() noexcept {
 std::size_t device_allocator::release_cached() noexcept { return pool_ ? pool_->release_cached() : 0; }
 std::size_t device_allocator::wait_pending() { return pool_ ? pool_->wait_pending() : 0; }
 std::size_t device_allocator::trim() { return pool_ ? pool_->trim() : 0; }
+void device_allocator::forget_stream(stream_ref s) {
+  drain();  // queued frees may name the stream
+  if (pool_) pool_->forget_stream(s);
+}
 
 bool device_allocator::owns(const void* p) const noexcept {
   if (pool_) return pool_->owns_live(p);
@@ -305,7 +306,32 @@ bool device_allocator::owns(const void* p) const noexcept {
   return nopool_->live.count(p) != 0;
 }
 
+// Note [Accounting]
+// With a pool, live/allocated/block counts are kept by the pool under the
+// lock it takes anyway, with lock-free mirrors for the finalizer-safe
+// getters: a pool hit then costs no extra atomic read-modify-writes. Without
+// a pool the allocator keeps them with atomics.
+std::size_t device_allocator::live_bytes() const noexcept {
+  return pool_ ? pool_->live_bytes() : static_cast<std::size_t>(requested_.current());
+}
+
+std::size_t device_allocator::since_mark() const noexcept {
+  const std::uint64_t total = pool_ ? pool_->total_requested() : total_requested_.load(std::memory_order_relaxed);
+  const std::uint64_t base = mark_base_.load(std::memory_order_relaxed);
+  return total > base ? static_cast<std::size_t>(total - base) : 0;
+}
+
+void device_allocator::mark() noexcept {
+  mark_base_.store(pool_ ? pool_->total_requested() : total_requested_.load(std::memory_order_relaxed),
+                   std::memory_order_relaxed);
+}
+
+std::uint64_t device_allocator::allocation_count() const noexcept {
+  return pool_ ? pool_->allocations() : allocs_.load(std::memory_order_relaxed);
+}
+
 void device_allocator::reset_peaks() noexcept {
+  if (pool_) pool_->reset_peaks();
   requested_.reset_peak();
   allocated_.reset_peak();
   active_.reset_peak();
@@ -327,6 +353,11 @@ allocator_stats device_allocator::stats() const {
   s.ooms = ooms_.load(std::memory_order_relaxed);
   if (pool_) {
     const auto c = pool_->counters();
+    s.requested = c.requested_stat;
+    s.allocated = c.allocated_stat;
+    s.active_blocks = c.blocks_stat;
+    s.allocations = c.allocations;
+    s.frees = c.frees;
     s.pool_hits = c.hits;
     s.upstream_allocations = c.upstream_allocations;
     s.upstream_frees = c.upstream_frees;

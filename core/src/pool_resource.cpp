@@ -76,17 +76,121 @@ struct stream_lists {
   bool empty() const { return small.empty() && large.empty(); }
 };
 
+// Live blocks by address: open addressing with linear probing and
+// backward-shift deletion, so a pool hit allocates no hash node.
+class ptr_table {
+ public:
+  ptr_table() : slots_(1024) {}
+  std::size_t size() const noexcept { return size_; }
+  block* find(const void* p) const noexcept {
+    for (std::size_t i = index(p);; i = (i + 1) & mask()) {
+      const auto& e = slots_[i];
+      if (!e.key) return nullptr;
+      if (e.key == p) return e.value;
+    }
+  }
+  void insert(const void* p, block* b) {
+    if ((size_ + 1) * 2 > slots_.size()) grow();
+    place(p, b);
+    ++size_;
+  }
+  block* erase(const void* p) noexcept {
+    std::size_t i = index(p);
+    for (;; i = (i + 1) & mask()) {
+      if (!slots_[i].key) return nullptr;
+      if (slots_[i].key == p) break;
+    }
+    block* b = slots_[i].value;
+    // Shift later entries of the probe run back into the hole.
+    for (std::size_t j = (i + 1) & mask();; j = (j + 1) & mask()) {
+      if (!slots_[j].key) break;
+      const std::size_t home = index(slots_[j].key);
+      const bool movable = (j > i) ? (home <= i || home > j) : (home <= i && home > j);
+      if (movable) {
+        slots_[i] = slots_[j];
+        i = j;
+      }
+    }
+    slots_[i] = {};
+    --size_;
+    return b;
+  }
+
+ private:
+  struct entry {
+    const void* key = nullptr;
+    block* value = nullptr;
+  };
+  std::size_t mask() const noexcept { return slots_.size() - 1; }
+  std::size_t index(const void* p) const noexcept {
+    return static_cast<std::size_t>((reinterpret_cast<std::uintptr_t>(p) >> 8) * 0x9E3779B97F4A7C15ULL >> 20) & mask();
+  }
+  void place(const void* p, block* b) noexcept {
+    std::size_t i = index(p);
+    while (slots_[i].key) i = (i + 1) & mask();
+    slots_[i] = {p, b};
+  }
+  void grow() {
+    std::vector<entry> old(slots_.size() * 2);
+    old.swap(slots_);
+    for (const auto& e : old)
+      if (e.key) place(e.key, e.value);
+  }
+  std::vector<entry> slots_;
+  std::size_t size_ = 0;
+};
+
 }  // namespace
+
+// Owner of blocks whose stream was forgotten (forget_stream): their work has
+// completed, so any stream may take them and no event is ever recorded.
+stream_ref const k_any_stream = reinterpret_cast<stream_ref>(~std::uintptr_t{0});
 
 struct pool_impl {
   pool_options opts;
   device_resource& upstream;
   mutable std::mutex mu;
   std::unordered_map<stream_ref, stream_lists> lists;
-  std::unordered_map<const void*, block*> live;
+  ptr_table live;
   std::vector<segment*> segments;
   std::uint64_t seq = 1;
   pool_counters c;
+  // Note [Accounting]: plain counters under `mu`, mirrored for lock-free readers.
+  std::size_t req_peak = 0, alloc_peak = 0, blocks_peak = 0;
+  std::uint64_t req_total = 0, alloc_total = 0, blocks_total = 0;
+  std::atomic<std::size_t> live_mirror{0};
+  std::atomic<std::uint64_t> total_mirror{0}, allocs_mirror{0};
+  // Recycled block objects and set nodes: a pool hit allocates nothing.
+  std::vector<block*> spare_blocks;
+  std::vector<free_set::node_type> spare_nodes;
+
+  ~pool_impl() {
+    for (block* b : spare_blocks) delete b;
+  }
+  block* new_block() {
+    if (spare_blocks.empty()) return new block;
+    block* b = spare_blocks.back();
+    spare_blocks.pop_back();
+    *b = block{};
+    return b;
+  }
+  void free_block(block* b) noexcept {
+    if (spare_blocks.size() < 4096) {
+      try {
+        spare_blocks.push_back(b);
+        return;
+      } catch (...) {
+      }
+    }
+    delete b;
+  }
+  void recycle(free_set::node_type&& nh) noexcept {
+    if (nh.empty() || spare_nodes.size() >= 4096) return;
+    try {
+      spare_nodes.push_back(std::move(nh));
+    } catch (...) {
+    }
+  }
 
   pool_impl(device_resource& up, pool_options o) : opts(o), upstream(up) {}
 
@@ -95,6 +199,7 @@ struct pool_impl {
   // Updates `s`'s event state without blocking; returns true if its safe
   // frontier moved.
   bool poll(stream_ref owner, stream_lists& s) {
+    if (owner == k_any_stream) return false;
     if (s.event_pending && ops().query(s.event)) {
       ops().release(s.event);
       s.event = nullptr;
@@ -112,6 +217,7 @@ struct pool_impl {
   }
 
   bool is_safe(const block* b) {
+    if (b->owner == k_any_stream) return true;
     auto it = lists.find(b->owner);
     return it != lists.end() && b->free_seq < it->second.safe_seq;
   }
@@ -120,7 +226,7 @@ struct pool_impl {
     for (auto it = set.lower_bound(probe(size)); it != set.end(); ++it)
       if ((*it)->free_seq < safe_below) {
         block* b = *it;
-        set.erase(it);
+        recycle(set.extract(it));
         return b;
       }
     return nullptr;
@@ -141,13 +247,24 @@ struct pool_impl {
     for (auto& [owner, s] : lists) {
       if (owner == stream || s.for_size(is_small).empty()) continue;
       poll(owner, s);
-      if (block* b = take_from(s.for_size(is_small), size, s.safe_seq)) return b;
+      const std::uint64_t safe = owner == k_any_stream ? UINT64_MAX : s.safe_seq;
+      if (block* b = take_from(s.for_size(is_small), size, safe)) return b;
     }
     return nullptr;
   }
 
-  void insert_free(block* b) { lists[b->owner].for_size(b->small).insert(b); }
-  void erase_free(block* b) { lists[b->owner].for_size(b->small).erase(b); }
+  void insert_free(block* b) {
+    free_set& set = lists[b->owner].for_size(b->small);
+    if (!spare_nodes.empty()) {
+      free_set::node_type nh = std::move(spare_nodes.back());
+      spare_nodes.pop_back();
+      nh.value() = b;
+      set.insert(std::move(nh));
+    } else {
+      set.insert(b);
+    }
+  }
+  void erase_free(block* b) { recycle(lists[b->owner].for_size(b->small).extract(b)); }
 
   std::size_t segment_size(std::size_t rounded) const {
     if (rounded <= opts.small_threshold) return opts.small_segment;
@@ -165,7 +282,7 @@ struct pool_impl {
       throw;
     }
     auto* seg = new segment{static_cast<char*>(p), n, nullptr};
-    auto* b = new block;
+    auto* b = new_block();
     b->ptr = seg->base;
     b->size = n;
     b->small = is_small;
@@ -185,7 +302,7 @@ struct pool_impl {
     const std::size_t rest = b->size - rounded;
     const bool worth = b->small ? rest >= opts.min_block : rest > opts.small_threshold;
     if (!worth) return;
-    auto* r = new block;
+    auto* r = new_block();
     r->ptr = b->ptr + rounded;
     r->size = rest;
     r->small = b->small;
@@ -214,7 +331,7 @@ struct pool_impl {
       if (b->next) b->next->prev = p;
       p->owner = b->owner;
       p->free_seq = std::max(p->free_seq, b->free_seq);
-      delete b;
+      free_block(b);
       b = p;
     }
     if (mergeable(b->next, b->owner)) {
@@ -224,7 +341,7 @@ struct pool_impl {
       b->next = n->next;
       if (n->next) n->next->prev = b;
       b->free_seq = std::max(b->free_seq, n->free_seq);
-      delete n;
+      free_block(n);
     }
     insert_free(b);
   }
@@ -241,11 +358,11 @@ struct pool_impl {
         continue;
       }
       erase_free(b);
-      upstream.deallocate(seg->base, seg->size, b->owner);
+      upstream.deallocate(seg->base, seg->size, b->owner == k_any_stream ? nullptr : b->owner);
       ++c.upstream_frees;
       c.reserved -= seg->size;
       released += seg->size;
-      delete b;
+      free_block(b);
       delete seg;
       segments[i] = segments.back();
       segments.pop_back();
@@ -274,7 +391,7 @@ pool_resource::~pool_resource() {
   auto& s = *impl_;
   std::lock_guard<std::mutex> lk(s.mu);
   s.release_idle();
-  if (!s.live.empty()) {
+  if (s.live.size() != 0) {
     std::ostringstream os;
     os << "pool_resource destroyed with " << s.live.size() << " live block(s) (" << format_bytes(s.c.allocated)
        << "); their " << s.segments.size() << " segment(s) are leaked, not freed, so late frees stay harmless";
@@ -314,9 +431,19 @@ void* pool_resource::do_allocate(std::size_t bytes, stream_ref stream) {
   s.split(b, rounded);
   b->allocated = true;
   b->requested = bytes;
-  s.live.emplace(b->ptr, b);
+  s.live.insert(b->ptr, b);
   s.c.allocated += b->size;
   s.c.requested += bytes;
+  s.req_peak = std::max(s.req_peak, s.c.requested);
+  s.alloc_peak = std::max(s.alloc_peak, s.c.allocated);
+  s.blocks_peak = std::max(s.blocks_peak, s.live.size());
+  s.req_total += bytes;
+  s.alloc_total += b->size;
+  ++s.blocks_total;
+  ++s.c.allocations;
+  s.live_mirror.store(s.c.requested, std::memory_order_relaxed);
+  s.total_mirror.store(s.req_total, std::memory_order_relaxed);
+  s.allocs_mirror.store(s.c.allocations, std::memory_order_relaxed);
   return b->ptr;
 }
 
@@ -328,8 +455,8 @@ std::size_t pool_resource::deallocate_sized(void* p, std::size_t bytes, stream_r
   if (!p) return 0;
   auto& s = *impl_;
   std::unique_lock<std::mutex> lk(s.mu);
-  auto it = s.live.find(p);
-  if (it == s.live.end()) {
+  block* b = s.live.erase(p);
+  if (!b) {
     ++s.c.misuse_errors;
     lk.unlock();
     std::ostringstream os;
@@ -338,12 +465,12 @@ std::size_t pool_resource::deallocate_sized(void* p, std::size_t bytes, stream_r
     detail::report_misuse(os.str());
     return 0;
   }
-  block* b = it->second;
-  s.live.erase(it);
   const bool size_ok = bytes == b->requested || bytes == 0;
   const std::size_t had = b->requested;
   s.c.allocated -= b->size;
   s.c.requested -= b->requested;
+  ++s.c.frees;
+  s.live_mirror.store(s.c.requested, std::memory_order_relaxed);
   b->allocated = false;
   b->requested = 0;
   b->owner = stream;
@@ -375,12 +502,13 @@ std::size_t pool_resource::wait_pending() {
   std::lock_guard<std::mutex> lk(s.mu);
   std::size_t waited = 0;
   for (auto& [owner, l] : s.lists) {
-    if (l.empty() || l.safe_seq >= s.seq) continue;
-    if (!l.event_pending) {
-      l.event = s.ops().record(owner);
-      l.event_pending = true;
-      l.event_seq = s.seq;
-    }
+    if (owner == detail::k_any_stream || l.empty() || l.safe_seq >= s.seq) continue;
+    // An event recorded earlier covers only the frees before it: record a
+    // fresh one (stream order makes it complete after the old one).
+    if (l.event_pending) s.ops().release(l.event);
+    l.event = s.ops().record(owner);
+    l.event_pending = true;
+    l.event_seq = s.seq;
     s.ops().synchronize(l.event);
     s.ops().release(l.event);
     l.event = nullptr;
@@ -403,13 +531,36 @@ std::size_t pool_resource::wait_pending() {
         b->size += n->size;
         b->next = n->next;
         if (n->next) n->next->prev = b;
-        delete n;
+        s.free_block(n);
       }
       b->free_seq = 0;
       s.insert_free(b);
     }
   }
   return waited;
+}
+
+void pool_resource::forget_stream(stream_ref stream) {
+  auto& s = *impl_;
+  std::lock_guard<std::mutex> lk(s.mu);
+  auto it = s.lists.find(stream);
+  if (it == s.lists.end() || stream == detail::k_any_stream) return;
+  auto& l = it->second;
+  if (l.event_pending) s.ops().release(l.event);
+  l.event_pending = false;
+  event_ref e = s.ops().record(stream);  // the last time the pool touches it
+  s.ops().synchronize(e);
+  s.ops().release(e);
+  std::vector<block*> moved(l.small.begin(), l.small.end());
+  moved.insert(moved.end(), l.large.begin(), l.large.end());
+  s.lists.erase(it);
+  for (block* b : moved) {
+    b->owner = detail::k_any_stream;
+    b->free_seq = 0;
+    s.insert_free(b);
+  }
+  // Live blocks allocated on it keep it as owner only until they are freed
+  // (on a stream the caller names), so nothing else refers to it.
 }
 
 std::size_t pool_resource::trim() {
@@ -419,13 +570,27 @@ std::size_t pool_resource::trim() {
 
 bool pool_resource::owns_live(const void* p) const noexcept {
   std::lock_guard<std::mutex> lk(impl_->mu);
-  return impl_->live.count(p) != 0;
+  return impl_->live.find(p) != nullptr;
 }
 
 std::size_t pool_resource::live_size(const void* p) const noexcept {
   std::lock_guard<std::mutex> lk(impl_->mu);
-  auto it = impl_->live.find(p);
-  return it == impl_->live.end() ? 0 : it->second->requested;
+  const block* b = impl_->live.find(p);
+  return b ? b->requested : 0;
+}
+
+std::size_t pool_resource::live_bytes() const noexcept { return impl_->live_mirror.load(std::memory_order_relaxed); }
+std::uint64_t pool_resource::total_requested() const noexcept {
+  return impl_->total_mirror.load(std::memory_order_relaxed);
+}
+std::uint64_t pool_resource::allocations() const noexcept { return impl_->allocs_mirror.load(std::memory_order_relaxed); }
+
+void pool_resource::reset_peaks() noexcept {
+  auto& s = *impl_;
+  std::lock_guard<std::mutex> lk(s.mu);
+  s.req_peak = s.c.requested;
+  s.alloc_peak = s.c.allocated;
+  s.blocks_peak = s.live.size();
 }
 
 pool_counters pool_resource::counters() const noexcept {
@@ -433,6 +598,12 @@ pool_counters pool_resource::counters() const noexcept {
   std::lock_guard<std::mutex> lk(s.mu);
   pool_counters c = s.c;
   c.live_blocks = s.live.size();
+  c.requested_stat = {static_cast<std::int64_t>(s.c.requested), static_cast<std::int64_t>(s.req_peak),
+                      static_cast<std::int64_t>(s.req_total)};
+  c.allocated_stat = {static_cast<std::int64_t>(s.c.allocated), static_cast<std::int64_t>(s.alloc_peak),
+                      static_cast<std::int64_t>(s.alloc_total)};
+  c.blocks_stat = {static_cast<std::int64_t>(s.live.size()), static_cast<std::int64_t>(s.blocks_peak),
+                   static_cast<std::int64_t>(s.blocks_total)};
   c.segments = s.segments.size();
   c.free_blocks = 0;
   c.pending_blocks = 0;
@@ -462,18 +633,44 @@ void* limiting_adaptor::do_allocate(std::size_t bytes, stream_ref stream) {
     }
     usage_.add(static_cast<std::int64_t>(n));
   }
+  void* p;
   try {
-    return upstream_.allocate(bytes, stream);
+    p = upstream_.allocate(bytes, stream);
   } catch (...) {
     usage_.sub(static_cast<std::int64_t>(n));
     throw;
   }
+  try {
+    std::lock_guard<std::mutex> lk(mu_);
+    live_.emplace(p, n);
+  } catch (...) {
+    upstream_.deallocate(p, bytes, stream);
+    usage_.sub(static_cast<std::int64_t>(n));
+    throw out_of_memory("limiting_adaptor: no host memory for bookkeeping");
+  }
+  return p;
 }
 
 void limiting_adaptor::do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept {
   if (!p) return;
+  std::size_t n = 0;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = live_.find(p);
+    if (it != live_.end()) {
+      n = it->second;
+      live_.erase(it);
+    }
+  }
+  if (n == 0) {
+    std::ostringstream os;
+    os << "limiting_adaptor::deallocate: " << p << " (" << bytes
+       << " bytes) is not a live allocation of this resource (double free or foreign pointer); ignored";
+    detail::report_misuse(os.str());
+    return;
+  }
   upstream_.deallocate(p, bytes, stream);
-  usage_.sub(static_cast<std::int64_t>(round_up(bytes, alignment)));
+  usage_.sub(static_cast<std::int64_t>(n));
 }
 
 }  // namespace gcpressure

@@ -25,8 +25,10 @@ class device_allocator;
 // before every allocation, outside every allocator lock, and may collect and
 // drain. reclaim() runs the collector-side steps of the reclaim ladder after
 // a failure; the allocator runs the pool-side steps itself and retries the
-// allocation after every step. A hook must not allocate from the same
-// allocator (re-entrancy is detected and reported as logic_error).
+// allocation after every step. Re-entrancy: code the hook runs (a collection,
+// a runtime's finalizers) may allocate from the same allocator on the same
+// thread; such an allocation is served without calling the hook again, so no
+// collection ever nests inside another.
 class allocation_hook {
  public:
   virtual ~allocation_hook() = default;
@@ -89,6 +91,8 @@ class device_allocator {
   std::size_t release_cached() noexcept;
   std::size_t wait_pending();
   std::size_t trim();
+  // See pool_resource::forget_stream; call before destroying a stream.
+  void forget_stream(stream_ref s);
 
   // Limits in bytes (resolved). set_* are thread-safe and take effect at once.
   std::size_t soft_limit() const noexcept { return soft_limit_.load(std::memory_order_relaxed); }
@@ -97,11 +101,11 @@ class device_allocator {
   void set_hard_limit(std::size_t bytes) noexcept { limiter_->set_limit(bytes); }
 
   // Finalizer-safe cheap getters.
-  std::size_t live_bytes() const noexcept { return static_cast<std::size_t>(requested_.current()); }
+  std::size_t live_bytes() const noexcept;
   std::size_t reserved_bytes() const noexcept { return limiter_->used(); }
-  std::size_t since_mark() const noexcept { return since_mark_.load(std::memory_order_relaxed); }
-  std::uint64_t allocation_count() const noexcept { return allocs_.load(std::memory_order_relaxed); }
-  void mark() noexcept { since_mark_.store(0, std::memory_order_relaxed); }
+  std::size_t since_mark() const noexcept;
+  std::uint64_t allocation_count() const noexcept;
+  void mark() noexcept;
   void reset_peaks() noexcept;
 
   device_memory_info device_memory() const;
@@ -130,7 +134,8 @@ class device_allocator {
   std::atomic<allocation_hook*> hook_{nullptr};
   deferred_free_queue deferred_;
   detail::stat_counter requested_, allocated_, active_;
-  std::atomic<std::size_t> since_mark_{0};
+  std::atomic<std::uint64_t> total_requested_{0};  // no-pool path
+  std::atomic<std::uint64_t> mark_base_{0};
   std::atomic<std::uint64_t> allocs_{0}, frees_{0}, misuse_{0}, ooms_{0};
   std::array<std::atomic<std::uint64_t>, ladder_step_count> ladder_{};
   // Live blocks when there is no pool (pointer -> requested bytes).

@@ -61,6 +61,8 @@ class deferred_free_queue {
     return count;
   }
 
+  // Cheap check before a drain (a plain load; no read-modify-write).
+  bool empty() const noexcept { return head_.load(std::memory_order_relaxed) == nullptr; }
   std::size_t pending() const noexcept { return pending_.load(std::memory_order_relaxed); }
   std::size_t pending_bytes() const noexcept { return pending_bytes_.load(std::memory_order_relaxed); }
   std::uint64_t pushed() const noexcept { return pushed_.load(std::memory_order_relaxed); }

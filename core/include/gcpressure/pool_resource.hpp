@@ -16,6 +16,7 @@
 #include <memory>
 
 #include <mutex>
+#include <unordered_map>
 
 #include "gcpressure/resource.hpp"
 #include "gcpressure/stats.hpp"
@@ -41,6 +42,8 @@ struct pool_counters {
   std::size_t pending_blocks = 0;  // free blocks waiting on an event before cross-stream reuse
   std::uint64_t hits = 0, upstream_allocations = 0, upstream_frees = 0, upstream_failures = 0;
   std::uint64_t misuse_errors = 0, events_waited = 0;
+  std::uint64_t allocations = 0, frees = 0;
+  stat_value requested_stat, allocated_stat, blocks_stat;  // {current, peak, total}
 };
 
 namespace detail {
@@ -65,6 +68,12 @@ class pool_resource final : public device_resource {
   // wait_pending() then release_cached(). Returns the bytes released.
   std::size_t trim();
 
+  // Note [Destroying a stream]: the pool records events on the streams that
+  // freed its cached blocks, so a stream that freed blocks into the pool must
+  // be forgotten before it is destroyed. forget_stream() waits for the
+  // stream's work once and hands its cached blocks to every stream.
+  void forget_stream(stream_ref stream);
+
   // True if `p` is the start of a live block of this pool. Thread-safe.
   bool owns_live(const void* p) const noexcept;
   // The requested size of the live block at `p`, or 0 if none.
@@ -76,6 +85,13 @@ class pool_resource final : public device_resource {
 
   pool_counters counters() const noexcept;
   device_resource& upstream() noexcept { return upstream_; }
+
+  // Lock-free mirrors of the accounting (finalizer-safe): bytes live as
+  // requested, and the running total of requested bytes.
+  std::size_t live_bytes() const noexcept;
+  std::uint64_t total_requested() const noexcept;
+  std::uint64_t allocations() const noexcept;
+  void reset_peaks() noexcept;
 
  private:
   void* do_allocate(std::size_t bytes, stream_ref stream) override;
@@ -109,8 +125,11 @@ class limiting_adaptor final : public device_resource {
 
   device_resource& upstream_;
   std::atomic<std::size_t> limit_;
-  std::mutex mu_;  // serialises the check-and-add against the limit
+  std::mutex mu_;  // serialises the check-and-add against the limit; guards live_
   detail::stat_counter usage_;
+  // Upstream allocations are rare (segments), so a map is cheap here; it
+  // lets a double free never corrupt the count.
+  std::unordered_map<void*, std::size_t> live_;
 };
 
 }  // namespace gcpressure
