@@ -171,7 +171,9 @@ void* device_allocator::allocate(std::size_t bytes, stream_ref stream) {
   std::ostringstream tried;
   for (int i = 0; i < ladder_step_count; ++i) {
     const auto step = static_cast<ladder_step>(i);
-    ladder_[i].fetch_add(1, std::memory_order_relaxed);
+    const bool collector_step = step == ladder_step::finish_and_drain || step == ladder_step::full_collection ||
+                                step == ladder_step::full_collection_2;
+    if (h || !collector_step) ladder_[i].fetch_add(1, std::memory_order_relaxed);  // steps that ran
     std::size_t freed = 0;
     bool did = false;
     switch (step) {

@@ -63,7 +63,7 @@ class cudajl_policy final : public gc_policy {
 
  private:
   void maybe_collect(device_allocator& a, std::size_t bytes, bool will_block) {
-    std::unique_lock<std::recursive_mutex> lk(collect_mu_, std::try_to_lock);
+    std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
     if (!lk.owns_lock()) return;
     const double limit = static_cast<double>(a.hard_limit());
     const double live = static_cast<double>(a.live_bytes() + bytes);
@@ -96,7 +96,7 @@ class dotnet_policy final : public gc_policy {
   const char* name() const noexcept override { return "dotnet"; }
 
   void before_allocate(device_allocator& a, std::size_t bytes, stream_ref) override {
-    std::unique_lock<std::recursive_mutex> lk(collect_mu_, std::try_to_lock);
+    std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
     if (!lk.owns_lock()) return;
     // Removals: frees since the last call (the allocator's live bytes fell).
     const std::size_t live = a.live_bytes();

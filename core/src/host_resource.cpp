@@ -152,11 +152,11 @@ host_resource::~host_resource() {
   std::lock_guard<std::mutex> lk(mu_);
   if (!live_.empty()) {
     std::ostringstream os;
+    // A documented leak, never a use-after-free: a runtime may still hold
+    // arrays pointing here (like device memory of a context never torn down).
     os << "host_resource destroyed with " << live_.size() << " live allocation(s) (" << format_bytes(used_)
-       << "); releasing them";
+       << "); leaking them so that late users do not touch freed memory";
     detail::report_misuse(os.str());
-    for (auto& [p, n] : live_) std::free(p);
-    live_.clear();
   }
 }
 

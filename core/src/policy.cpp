@@ -79,7 +79,7 @@ void gc_policy::record(gc_kind kind, gc_reason reason, const outcome& o, double 
 }
 
 gc_policy::outcome gc_policy::run_collection(gc_kind kind, gc_reason reason) {
-  std::lock_guard<std::recursive_mutex> lk(collect_mu_);
+  std::lock_guard<std::recursive_timed_mutex> lk(collect_mu_);
   outcome o;
   alloc_.drain();  // frees already queued are not this collection's work
   o.young_before = alloc_.since_mark();
@@ -108,7 +108,7 @@ gc_policy::outcome gc_policy::run_collection(gc_kind kind, gc_reason reason) {
 }
 
 bool gc_policy::step_full_cycle(gc_reason reason, outcome* out) {
-  std::lock_guard<std::recursive_mutex> lk(collect_mu_);
+  std::lock_guard<std::recursive_timed_mutex> lk(collect_mu_);
   const auto t0 = clock_type::now();
   if (!full_active_) {
     alloc_.drain();
@@ -150,7 +150,7 @@ void gc_policy::collect(gc_kind kind) { run_collection(kind, gc_reason::user); }
 bool gc_policy::reclaim(device_allocator&, ladder_step step) {
   switch (step) {
     case ladder_step::finish_and_drain: {
-      std::lock_guard<std::recursive_mutex> lk(collect_mu_);
+      std::lock_guard<std::recursive_timed_mutex> lk(collect_mu_);
       if (full_active_) {
         while (!step_full_cycle(gc_reason::ladder, nullptr)) {
         }
@@ -187,8 +187,15 @@ class pressure_policy final : public gc_policy {
   const char* name() const noexcept override { return "pressure"; }
 
   void before_allocate(device_allocator& a, std::size_t bytes, stream_ref) override {
-    std::unique_lock<std::recursive_mutex> lk(collect_mu_, std::try_to_lock);
-    if (!lk.owns_lock()) return;  // another thread is collecting: do not queue up behind it
+    std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
+    if (!lk.owns_lock()) {
+      // Note [Concurrent allocators]: another thread is collecting. Below
+      // the headroom, allocate without queueing behind it. Over it, wait for
+      // that collection (bounded): allocating now would take the room it is
+      // making for its own allocation, and one of us would fail for nothing.
+      if (!over_headroom(a, bytes)) return;
+      if (!lk.try_lock_for(std::chrono::seconds(5))) return;
+    }
     const std::size_t young = a.since_mark() + bytes;
     const std::size_t budget = young_budget();
     const bool over = over_headroom(a, bytes);
@@ -211,7 +218,7 @@ class pressure_policy final : public gc_policy {
   }
 
   void quiet_moment() override {
-    std::unique_lock<std::recursive_mutex> lk(collect_mu_, std::try_to_lock);
+    std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
     if (!lk.owns_lock()) return;
     if (full_cycle_active()) {
       if (gc_fraction() < opts_.gc_budget) {

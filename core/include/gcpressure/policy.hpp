@@ -84,7 +84,7 @@ class gc_policy : public allocation_hook {
   policy_options opts_;
   // Serialises collections the policy runs. Never an allocator lock: frees
   // from finalizers take only the pool lock, which is never held here.
-  std::recursive_mutex collect_mu_;
+  std::recursive_timed_mutex collect_mu_;
 
  private:
   mutable std::mutex stats_mu_;
