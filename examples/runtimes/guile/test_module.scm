@@ -1,0 +1,162 @@
+;;; test_module.scm — the (gcpressure) module's surface and its errors, run
+;;; by ctest (guile_module). Exits nonzero on the first failed check.
+
+(use-modules (gcpressure) (srfi srfi-1) (ice-9 format) (rnrs bytevectors))
+
+(define failures 0)
+(define (check name ok)
+  (format #t "~a ~a~%" (if ok "ok  " "FAIL") name)
+  (unless ok (set! failures (+ failures 1))))
+
+;; Returns the status symbol of a gcpressure-error, 'misc for other errors,
+;; #f when THUNK returns normally.
+(define (error-of thunk)
+  (catch #t
+    (lambda () (thunk) #f)
+    (lambda (key . args)
+      (if (eq? key 'gcpressure-error) (cadr args) 'misc))))
+
+(define (live heap) (call-with-values (lambda () (heap-usage heap)) (lambda (l r) l)))
+(define (reserved heap) (call-with-values (lambda () (heap-usage heap)) (lambda (l r) r)))
+
+;;; JSON reader
+(let ((j (json-string->scm "{\"a\":{\"b\":[1,2.5e3,-3]},\"s\":\"x\\\"y\",\"t\":true,\"n\":null,\"e\":{}}")))
+  (check "json: nested objects and arrays" (equal? (json-ref j "a" "b") #(1 2500.0 -3)))
+  (check "json: strings with escapes" (equal? (json-ref j "s") "x\"y"))
+  (check "json: literals" (and (eq? (json-ref j "t") #t) (eq? (json-ref j "n") 'null)))
+  (check "json: missing key" (not (json-ref j "a" "zz"))))
+
+;;; Heaps: bad arguments
+(check "bad backend is an error" (eq? (error-of (lambda () (make-device-heap #:backend 'tpu))) 'misc))
+(check "bad policy is gcpressure-error invalid"
+       (eq? (error-of (lambda () (make-device-heap #:policy "nope"))) 'invalid))
+(check "bad limit string is gcpressure-error invalid"
+       (eq? (error-of (lambda () (make-device-heap #:hard-limit "lots"))) 'invalid))
+(check "soft limit above hard limit is rejected or clamped"
+       (memq (error-of (lambda () (make-device-heap #:hard-limit "4MiB" #:soft-limit "8MiB"))) '(#f invalid)))
+(check "incremental needs the boehm collector"
+       (eq? (error-of (lambda () (make-device-heap #:incremental? #t))) 'misc))
+
+(define heap (make-device-heap #:backend 'host #:hard-limit "8MiB" #:soft-limit "6MiB" #:policy "pressure"))
+(define stats0 (heap-stats-alist heap))
+(check "stats: backend host" (equal? (json-ref stats0 "backend") "host"))
+(check "stats: policy pressure" (equal? (json-ref stats0 "gc" "policy") "pressure"))
+(check "stats: hard limit" (= (json-ref stats0 "hard_limit") (* 8 1048576)))
+
+;;; Arrays: compute and explicit free
+(let ((a (device-array heap 1000))
+      (b (device-array heap 16 'bytes)))
+  (check "device-array?" (and (device-array? a) (not (device-array? 42))))
+  (check "sizes" (and (= (device-array-bytes a) 4000) (= (device-array-length a) 1000)
+                      (= (device-array-bytes b) 16)))
+  (device-array-fill! a 1.5)
+  (check "fill + sum" (= (device-array-sum a) 1500.0))
+  (check "ref" (= (device-array-ref a 999) 1.5))
+  (check "ref out of range" (eq? (error-of (lambda () (device-array-ref a 1000))) 'misc))
+  (check "zero-byte array is gcpressure-error invalid" (eq? (error-of (lambda () (device-array heap 0))) 'invalid))
+  (device-array-free! a)
+  (check "freed array is not live" (not (device-array-live? a)))
+  (check "use after free is an error" (eq? (error-of (lambda () (device-array-sum a))) 'misc))
+  (check "double free is an error" (eq? (error-of (lambda () (device-array-free! a))) 'misc))
+  (device-array-free! b))
+
+;;; Dense layer on the host backend: y = relu(W x + b) against a Scheme reference
+(let* ((m 3) (k 2) (n 2)
+       (w (device-array heap (* m k))) (x (device-array heap (* k n)))
+       (bias (device-array heap m)) (wx (device-array heap (* m n))) (y (device-array heap (* m n))))
+  (device-array-fill! w 1.0) (device-array-fill! x 2.0) (device-array-fill! bias -5.0)
+  (gemm! wx w x m k n)
+  (bias-relu! y wx bias m n)
+  (check "gemm!" (= (device-array-ref wx 0) 4.0))
+  (check "bias-relu!" (= (device-array-sum y) 0.0))
+  (device-array-fill! bias 1.0)
+  (bias-relu! y wx bias m n)
+  (check "bias-relu! positive" (= (device-array-sum y) 30.0))
+  (check "gemm! size check" (eq? (error-of (lambda () (gemm! wx w x 4 4 4))) 'misc)))
+
+;;; Dropped arrays come back through finalizers and a collection
+(define (churn n floats)
+  (let loop ((i 0)) (when (< i n) (device-array heap floats) (loop (+ i 1)))))
+(heap-collect! heap #t)
+(define live0 (live heap))
+(churn 200 65536)  ; 200 x 256 KiB = 50 MiB through an 8 MiB heap
+(heap-collect! heap #t)
+(let ((s (heap-stats-alist heap)))
+  (check "50 MiB of dropped arrays through an 8 MiB heap, no OOM" (= (json-ref s "ooms") 0))
+  (check "reserved stayed within the hard limit" (<= (json-ref s "reserved" "peak") (* 8 1048576)))
+  (check "arrays were finalized" (>= (json-ref s "gc" "finalized") 150))
+  (check "the policy collected" (> (json-ref s "gc" "by_kind" "minor") 0)))
+(check "live back to the start after a collection" (<= (live heap) live0))
+
+;;; Guile's own collection and finalizer thread also release device arrays:
+;;; (gc) runs GC_gcollect and the finalizers; the blocks are queued and return
+;;; to the pool at the next drain.
+(let ((before (assq-ref (gcpressure-module-counters) 'arrays-finalized)))
+  (churn 10 1024)
+  (gc)
+  (heap-drain! heap)
+  (check "(gc) finalizes dropped arrays" (> (assq-ref (gcpressure-module-counters) 'arrays-finalized) before)))
+(let ((before (assq-ref (gcpressure-module-counters) 'arrays-finalized)))
+  ;; Drop arrays, then let Guile's own allocation-driven collections find them
+  ;; and its finalizer thread (or async) run the finalizers.
+  (churn 10 1024)
+  (let loop ((i 0) (junk '()))
+    (when (and (< i 400)
+               (= (assq-ref (gcpressure-module-counters) 'arrays-finalized) before))
+      (make-vector 100000 0)
+      (when (zero? (modulo i 50)) (usleep 10000))
+      (loop (+ i 1) (if (> (length junk) 3) '() (cons (make-bytevector 4096) junk)))))
+  (check "Guile's own collections + finalization release dropped arrays"
+         (> (assq-ref (gcpressure-module-counters) 'arrays-finalized) before))
+  (format #t "     (finalizers run on Guile's finalizer thread so far: ~a)~%"
+          (assq-ref (gcpressure-module-counters) 'finalized-on-other-threads)))
+
+;;; OOM: a live set larger than the hard limit is an error, not a crash
+(let ((held '()))
+  (check "live set over the hard limit raises oom"
+         (eq? (error-of (lambda () (let loop () (set! held (cons (device-array heap 262144) held)) (loop))))
+              'oom))
+  (check "the OOM is counted" (> (json-ref (heap-stats-alist heap) "ooms") 0))
+  (set! held '()))
+(heap-collect! heap #t)
+(check "after dropping the live set, allocation works again"
+       (not (error-of (lambda () (device-array heap 262144)))))
+
+;;; Policies and user collections
+(for-each
+ (lambda (p)
+   (let ((h (make-device-heap #:hard-limit "8MiB" #:policy p)))
+     (let loop ((i 0)) (when (< i 60) (device-array h 65536) (heap-iteration! h) (loop (+ i 1))))
+     (check (string-append "policy " p ": no OOM over 15 MiB")
+            (= (json-ref (heap-stats-alist h) "ooms") 0))
+     (heap-destroy! h)))
+ '("pressure" "at_limit" "every_iteration" "cudajl" "dotnet"))
+
+;;; Boehm-handle arrays (design alternative (a)) on the same bdwgc
+(let ((hb (make-device-heap #:hard-limit "8MiB" #:collector 'boehm)))
+  (let loop ((i 0)) (when (< i 100) (device-array hb 65536) (loop (+ i 1))))
+  (let ((a (device-array hb 10)))
+    (device-array-fill! a 2.0)
+    (check "boehm: compute on a handle's memory" (= (device-array-sum a) 20.0))
+    (device-array-free! a)
+    (check "boehm: double free is an error" (eq? (error-of (lambda () (device-array-free! a))) 'misc)))
+  (let ((s (heap-stats-alist hb)))
+    (check "boehm: 25 MiB through 8 MiB, no OOM, handles finalized"
+           (and (= (json-ref s "ooms") 0) (> (json-ref s "gc" "finalized") 50)))))
+
+;;; Destroy: later finalizers of its arrays do nothing; use is an error
+(let ((h (make-device-heap #:hard-limit "8MiB")))
+  (let loop ((i 0)) (when (< i 10) (device-array h 1024) (loop (+ i 1))))
+  (let ((kept (device-array h 1024)))
+    (heap-destroy! h)
+    (check "destroyed heap: use is an error" (eq? (error-of (lambda () (heap-stats h))) 'misc))
+    (check "destroyed heap: allocation is an error" (eq? (error-of (lambda () (device-array h 4))) 'misc))
+    (set! kept #f))
+  (let loop ((i 0)) (when (< i 3) (gc) (loop (+ i 1))))
+  ;; They ran (release got GCPRESSURE_ERR_SHUTDOWN from the tombstone) and
+  ;; nothing crashed. Conservative roots may keep a few, not all eleven.
+  (check "finalizers after destroy ran and were harmless"
+         (> (assq-ref (gcpressure-module-counters) 'releases-after-destroy) 0)))
+
+(format #t "~a failure(s)~%" failures)
+(exit (if (zero? failures) 0 1))
