@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "gcpressure/allocator.hpp"
 #include "gcpressure/boehm.hpp"
@@ -33,26 +34,44 @@ struct collection_scope {
   ~collection_scope() { --t_in_collection; }
 };
 
+// A C caller may store any int in an enum field; in C++ loading an
+// out-of-range value through the enum type is undefined, so read the bits.
+template <class E>
+int enum_value(const E& e) noexcept {
+  std::underlying_type_t<E> v;
+  std::memcpy(&v, &e, sizeof v);
+  return static_cast<int>(v);
+}
+
 gcpressure_status fail(gcpressure_status s, std::string msg) {
   t_error = std::move(msg);
   return s;
 }
 
+// Note [No nested collections]: a callback may run runtime code (a
+// finalizer) that allocates; that allocation may reach the policy again (its
+// hook, or the reclaim ladder's collector steps) while this thread is still
+// inside a collection. Runtime collectors are not re-entrant (Lua's, CPython's
+// refuse or corrupt), so a nested request is a no-op here: the outer
+// collection is already doing the work.
 class callback_collector final : public collector {
  public:
   explicit callback_collector(const gcpressure_collector_callbacks& c) : cb_(c) {}
   const char* name() const noexcept override { return "callbacks"; }
   void collect_minor() override {
+    if (t_in_collection) return;
     collection_scope s;
     cb_.minor(cb_.context);
   }
   bool has_incremental_full() const noexcept override { return cb_.start_full && cb_.step_full; }
   void start_full() override {
+    if (t_in_collection) return;
     collection_scope s;
     if (cb_.start_full) cb_.start_full(cb_.context);
     active_ = true;
   }
   bool step_full(double budget) override {
+    if (t_in_collection) return true;
     collection_scope s;
     if (!cb_.step_full) {
       cb_.full(cb_.context);
@@ -65,11 +84,13 @@ class callback_collector final : public collector {
   }
   bool full_in_progress() const override { return active_; }
   void collect_full() override {
+    if (t_in_collection) return;
     collection_scope s;
     cb_.full(cb_.context);
     ++full_;
   }
   std::size_t run_finalizers() override {
+    if (t_in_collection) return 0;
     collection_scope s;
     return cb_.run_finalizers ? cb_.run_finalizers(cb_.context) : 0;
   }
@@ -163,7 +184,7 @@ void gcpressure_collector_callbacks_init(gcpressure_collector_callbacks* c) {
 const char* gcpressure_last_error(void) { return t_error.c_str(); }
 
 const char* gcpressure_status_string(gcpressure_status s) {
-  switch (s) {
+  switch (enum_value(s)) {
     case GCPRESSURE_OK: return "ok";
     case GCPRESSURE_ERR_INVALID: return "invalid argument";
     case GCPRESSURE_ERR_OOM: return "out of memory";
@@ -188,19 +209,15 @@ gcpressure_status gcpressure_create(const gcpressure_options* o, gcpressure_allo
   GCP_NOT_IN_COLLECTION("gcpressure_create");
   return guarded([&]() -> gcpressure_status {
     config c;
-    if (o->read_env) c = config_from_env(c);
-    switch (o->backend) {
+    switch (enum_value(o->backend)) {
       case GCPRESSURE_BACKEND_AUTO: break;
       case GCPRESSURE_BACKEND_HOST: c.backend = backend_choice::host; break;
       case GCPRESSURE_BACKEND_CUDA: c.backend = backend_choice::cuda; break;
       case GCPRESSURE_BACKEND_CUDA_ASYNC: c.backend = backend_choice::cuda_async; break;
       default: return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: unknown backend");
     }
-    if ((c.backend == backend_choice::cuda || c.backend == backend_choice::cuda_async) && !cuda_available())
-      return fail(GCPRESSURE_ERR_UNSUPPORTED, "gcpressure_create: CUDA backend asked for, but no CUDA device is usable "
-                                               "(or the library was built without CUDA)");
     if (o->device < 0) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: negative device");
-    if (!o->read_env || o->device) c.device = o->device;
+    c.device = o->device;
     if (o->host_capacity) c.host_capacity = o->host_capacity;
     if (o->soft_limit) c.soft_limit = parse_size(o->soft_limit, "options.soft_limit");
     if (o->hard_limit) c.hard_limit = parse_size(o->hard_limit, "options.hard_limit");
@@ -209,6 +226,10 @@ gcpressure_status gcpressure_create(const gcpressure_options* o, gcpressure_allo
     if (o->gc_budget > 0) c.gc_budget = o->gc_budget;
     if (o->every_n < 0) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: every_n must be >= 0");
     if (o->every_n > 0) c.every_n = o->every_n;
+    if (o->read_env) c = config_from_env(c);  // the header: GCPRESSURE_* variables override the fields
+    if ((c.backend == backend_choice::cuda || c.backend == backend_choice::cuda_async) && !cuda_available())
+      return fail(GCPRESSURE_ERR_UNSUPPORTED, "gcpressure_create: CUDA backend asked for, but no CUDA device is usable "
+                                               "(or the library was built without CUDA)");
     bool known = false;
     for (const char* const* n = policy_names(); *n; ++n) known = known || c.policy == *n;
     if (!known) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: unknown policy '" + c.policy + "'");
@@ -217,12 +238,13 @@ gcpressure_status gcpressure_create(const gcpressure_options* o, gcpressure_allo
     h->policy_name = c.policy;
     h->popts = policy_options::from_config(c);
     const auto ao = allocator_options::from_config(c);
-    if (o->collector == GCPRESSURE_COLLECTOR_BOEHM) {
-      h->heap = std::make_unique<boehm::device_heap>(ao, c.policy, h->popts);
-    } else if (o->collector == GCPRESSURE_COLLECTOR_CALLBACKS) {
-      h->alloc = std::make_unique<device_allocator>(ao);
-    } else {
+    const int kind = enum_value(o->collector);
+    if (kind != GCPRESSURE_COLLECTOR_BOEHM && kind != GCPRESSURE_COLLECTOR_CALLBACKS)
       return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: unknown collector kind");
+    if (kind == GCPRESSURE_COLLECTOR_BOEHM) {
+      h->heap = std::make_unique<boehm::device_heap>(ao, c.policy, h->popts);
+    } else {
+      h->alloc = std::make_unique<device_allocator>(ao);
     }
     *out = h.release();
     return GCPRESSURE_OK;
@@ -246,7 +268,7 @@ gcpressure_status gcpressure_set_collector(gcpressure_allocator* a, const gcpres
   GCP_CHECK(a);
   GCP_NOT_IN_COLLECTION("gcpressure_set_collector");
   if (a->heap) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_set_collector: this allocator uses the Boehm collector");
-  if (!c || c->struct_size < sizeof(void*) * 2 || c->struct_size > 4096)
+  if (!c || c->struct_size < offsetof(gcpressure_collector_callbacks, full) + sizeof(c->full) || c->struct_size > 4096)
     return fail(GCPRESSURE_ERR_INVALID, "gcpressure_set_collector: null callbacks or bad struct_size");
   if (!c->minor || !c->full) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_set_collector: minor and full are required");
   return guarded([&] {
@@ -342,8 +364,9 @@ gcpressure_status gcpressure_set_limits(gcpressure_allocator* a, size_t soft, si
   GCP_CHECK(a);
   auto& al = a->a();
   const size_t h = hard ? hard : al.hard_limit();
-  const size_t s = soft ? soft : al.soft_limit();
-  if (s > h) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_set_limits: soft limit above hard limit");
+  size_t s = soft ? soft : al.soft_limit();
+  if (s > h && soft) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_set_limits: soft limit above hard limit");
+  if (s > h) s = h;  // the soft limit left as is follows a lower hard limit (as in gcpressure_create)
   al.set_hard_limit(h);
   al.set_soft_limit(s);
   return GCPRESSURE_OK;
