@@ -86,6 +86,7 @@ gc_policy::outcome gc_policy::run_collection(gc_kind kind, gc_reason reason) {
   const std::size_t before = alloc_.live_bytes();
   const auto t0 = clock_type::now();
   double pause;
+  if (kind == gc_kind::minor && gc_.minor_is_whole_heap()) kind = gc_kind::blocking_full;
   switch (kind) {
     case gc_kind::minor: gc_.collect_minor(); break;
     case gc_kind::blocking_full: gc_.collect_full(); break;
@@ -212,6 +213,7 @@ class pressure_policy final : public gc_policy {
       return;
     }
     if (young >= budget || (over && young >= opts_.min_young_bytes)) {
+      collected_since_quiet_ += young - bytes;
       after_minor(run_collection(gc_kind::minor, gc_reason::early));
       maybe_start_full(gc_reason::early);
     }
@@ -227,10 +229,24 @@ class pressure_policy final : public gc_policy {
       }
       return;
     }
+    // Note [Quiet moments]: collect here when the next stretch of work (as
+    // much as was allocated since the last quiet moment) would cross the
+    // young budget anyway: the collection then happens where few temporaries
+    // are alive instead of in the middle of the work, without collecting
+    // more often than the budget asks for.
     const std::size_t young = alloc_.since_mark();
-    if (young >= std::max<std::size_t>(opts_.min_young_bytes / 2,
-                                        static_cast<std::size_t>(opts_.quiet_fraction * young_budget()))) {
+    const std::size_t total = young + collected_since_quiet_;
+    const double stretch = static_cast<double>(total > young_at_quiet_ ? total - young_at_quiet_ : 0);
+    stretch_ = stretch_ > 0 ? 0.75 * stretch_ + 0.25 * stretch : stretch;
+    young_at_quiet_ = young;
+    collected_since_quiet_ = 0;
+    const std::size_t budget = young_budget();
+    // quiet_fraction bounds how early: never below that share of the budget.
+    const bool enough = young >= static_cast<std::size_t>(opts_.quiet_fraction * static_cast<double>(budget));
+    const bool would_cross = static_cast<double>(young) + stretch_ >= static_cast<double>(budget);
+    if (young >= opts_.min_young_bytes / 2 && enough && would_cross) {
       after_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment));
+      young_at_quiet_ = 0;
       maybe_start_full(gc_reason::quiet_moment);
     }
   }
@@ -291,6 +307,7 @@ class pressure_policy final : public gc_policy {
   void after_minor(const outcome& o) {
     learn(o, &c_minor_);
     old_ = o.live_after;  // every survivor is old now
+    if (gc_.minor_is_whole_heap()) floor_ = o.live_after;  // and nothing old is garbage
   }
 
   void after_full(const outcome& o) {
@@ -324,6 +341,9 @@ class pressure_policy final : public gc_policy {
   }
 
   double c_minor_ = 0, c_full_ = 0, rate_ = 0, yield_ = 1.0;
+  // Quiet-moment bookkeeping: bytes allocated per stretch between hints.
+  double stretch_ = 0;
+  std::size_t young_at_quiet_ = 0, collected_since_quiet_ = 0;
   std::size_t live_after_ = 0, old_ = 0, floor_ = 0;
   std::size_t device_free_ = 0, reserved_at_refresh_ = 0;
   clock_type::time_point last_end_;

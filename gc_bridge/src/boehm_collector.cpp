@@ -100,13 +100,23 @@ std::atomic<GC_word> g_full_start_no{0};
 void init(const runtime_options& o) {
   static std::once_flag once;
   std::call_once(once, [&] {
-    if (o.finalizer_thread) GC_set_finalize_on_demand(1);
-    if (o.incremental) GC_enable_incremental();
+    // Note [Sharing bdwgc with a runtime]: when the runtime (Guile) has
+    // already initialised bdwgc and installed its own finalizer notifier,
+    // its finalization is left alone whatever `o` asks: no second finalizer
+    // thread, no new notifier, no mode switch behind its back.
+    const bool runtime_owns = GC_is_init_called() && GC_get_finalizer_notifier() != nullptr;
+    runtime_options opt = o;
+    if (runtime_owns) {
+      opt.finalizer_thread = false;
+      opt.incremental = opt.incremental && GC_is_incremental_mode();
+    }
+    if (opt.finalizer_thread) GC_set_finalize_on_demand(1);
+    if (opt.incremental) GC_enable_incremental();
     GC_INIT();
     GC_allow_register_threads();
-    if (o.incremental && o.time_limit_ms) GC_set_time_limit(o.time_limit_ms);
-    if (o.full_freq >= 0) {
-      int v = o.full_freq;
+    if (opt.incremental && opt.time_limit_ms) GC_set_time_limit(opt.time_limit_ms);
+    if (opt.full_freq >= 0) {
+      int v = opt.full_freq;
       GC_call_with_alloc_lock(set_full_freq, &v);
     }
     // Chain, never replace, the runtime's own hooks (Guile has both).
@@ -114,7 +124,7 @@ void init(const runtime_options& o) {
     GC_set_start_callback(on_full_start);
     g_prev_event = GC_get_on_collection_event();
     GC_set_on_collection_event(on_event);
-    if (o.finalizer_thread) {
+    if (opt.finalizer_thread) {
       g_fin = new finalizer_thread_state;
       GC_set_finalizer_notifier(notify_finalizers);
       std::thread(finalizer_loop).detach();
@@ -149,6 +159,7 @@ void boehm_collector::collect_minor() {
 }
 
 bool boehm_collector::has_incremental_full() const noexcept { return GC_is_incremental_mode() != 0; }
+bool boehm_collector::minor_is_whole_heap() const noexcept { return GC_is_incremental_mode() == 0; }
 
 void boehm_collector::start_full() {
   if (!GC_is_incremental_mode()) {

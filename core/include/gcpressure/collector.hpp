@@ -28,6 +28,11 @@ class collector {
   // Young garbage is found; objects that survived an earlier collection may
   // not be (they are "old").
   virtual void collect_minor() = 0;
+  // True when the runtime has no young generation, so collect_minor() marks
+  // the whole heap (bdwgc without incremental mode, as under Guile). The
+  // policy then records such collections as blocking full ones and knows
+  // they free old garbage too.
+  virtual bool minor_is_whole_heap() const noexcept { return false; }
 
   // Whole-heap cycles in bounded slices. has_incremental_full() false means
   // step_full() runs a blocking full collection in one go.

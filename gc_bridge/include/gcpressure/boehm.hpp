@@ -36,6 +36,9 @@ struct runtime_options {
 // incremental mode, on-demand finalization, the finalizer thread. Call it
 // from the main thread before other threads allocate. Thread-safe and
 // idempotent (later options are ignored). Not callable from a finalizer.
+// If a runtime already initialised bdwgc with its own finalizer notifier
+// (Guile), its finalization and mode are kept (Note [Sharing bdwgc with a
+// runtime]).
 void init(const runtime_options& o = {});
 bool initialized() noexcept;
 
@@ -64,6 +67,7 @@ class boehm_collector final : public collector {
   const char* name() const noexcept override { return "boehm"; }
   void collect_minor() override;
   bool has_incremental_full() const noexcept override;
+  bool minor_is_whole_heap() const noexcept override;
   void start_full() override;
   bool step_full(double budget_seconds) override;
   bool full_in_progress() const override;
