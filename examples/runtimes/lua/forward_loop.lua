@@ -1,0 +1,308 @@
+-- forward_loop.lua — the Flux-style forward loop of examples/forward_loop, in Lua 5.4.
+--
+-- `layers` Dense layers y = relu.(W*x .+ b): every layer allocates its matmul
+-- output (the broadcast's temporary) and its own output as device arrays owned
+-- by Lua's collector, and the loop just drops them, as Julia code does. A live
+-- host heap of --host-heap-mib MiB of small linked Lua tables makes Lua's own
+-- collector run rarely (its pace follows Lua bytes, not device bytes), and a
+-- few hundred small tables per iteration stand for the rest of a program.
+-- Device memory stays bounded only because gcpressure's policy asks Lua's
+-- collector for collections when the device bytes justify one.
+--
+--   lua5.4 forward_loop.lua [--backend auto|host|cuda|cuda_async]
+--     [--policy pressure|at_limit|every_iteration|cudajl|dotnet|explicit_free|none]
+--     [--iters N] [--layers N] [--d N] [--batch N] [--host-heap-mib N]
+--     [--hard-limit SIZE] [--soft-limit SIZE] [--gc-mode generational|incremental]
+--     [--trace FILE.csv] [--json] [--quiet] [--check] [--expect-oom] [--skip-without-backend]
+--
+-- With --json the last line is one JSON object with the keys of
+-- examples/forward_loop's summary (policy, backend, iterations, ooms,
+-- peak_live_bytes, peak_reserved_bytes, collections_minor, collections_full,
+-- collections_full_steady, max_pause_seconds, gc_seconds, wall_seconds,
+-- finalized) and a few more. --check exits 1 unless the run had >= 200
+-- iterations, allocated >= 20x the hard limit, had zero OOMs and kept peak
+-- reserved within the hard limit. --policy none registers no collector: Lua's
+-- collector alone, paced by Lua bytes; --expect-oom exits 1 unless that run
+-- hit OOMs (the failure this library exists to prevent).
+
+local opts = {
+  backend = "auto", policy = "pressure", iters = 300, layers = 4, d = 64, batch = 1024,
+  host_heap_mib = 32, hard_limit = "64MiB", soft_limit = nil, gc_mode = "generational",
+  trace = nil, json = false, quiet = false, check = false, skip_without_backend = false, expect_oom = false,
+}
+
+local function usage(msg)
+  io.stderr:write((msg and (msg .. "\n") or ""),
+    "usage: lua5.4 forward_loop.lua [--backend B] [--policy P] [--iters N] [--layers N] [--d N] [--batch N]\n",
+    "       [--host-heap-mib N] [--hard-limit SIZE] [--soft-limit SIZE] [--gc-mode generational|incremental]\n",
+    "       [--trace FILE.csv] [--json] [--quiet] [--check] [--expect-oom] [--skip-without-backend]\n")
+  os.exit(2)
+end
+
+do
+  local flags = { json = true, quiet = true, check = true, ["skip-without-backend"] = true, ["expect-oom"] = true }
+  local numbers = { iters = true, layers = true, d = true, batch = true, ["host-heap-mib"] = true }
+  local i = 1
+  while i <= #arg do
+    local name = arg[i]:match("^%-%-([%w%-]+)$")
+    if not name then usage("unknown argument " .. arg[i]) end
+    if name == "help" then usage() end
+    local key = name:gsub("%-", "_")
+    if flags[name] then
+      opts[key] = true
+      i = i + 1
+    else
+      local v = arg[i + 1]
+      if v == nil or opts[key] == nil and key ~= "soft_limit" and key ~= "trace" then usage("bad option --" .. name) end
+      if numbers[name] then
+        v = math.tointeger(tonumber(v))
+        if not v or v < 0 then usage("--" .. name .. " needs a non-negative integer") end
+      end
+      opts[key] = v
+      i = i + 2
+    end
+  end
+  if opts.iters < 1 or opts.layers < 1 or opts.d < 1 or opts.batch < 1 then usage("sizes must be positive") end
+end
+
+local gcpressure = require "gcpressure"
+
+-- A small JSON reader for the library's stats.
+local function json_decode(s)
+  local pos = 1
+  local escapes = { b = "\b", f = "\f", n = "\n", r = "\r", t = "\t" }
+  local function ws() pos = s:find("[^ \t\r\n]", pos) or #s + 1 end
+  local function str()
+    local out, i = {}, pos + 1
+    while true do
+      local c = s:sub(i, i)
+      if c == '"' then pos = i + 1; return table.concat(out) end
+      if c == "" then error("JSON: unterminated string") end
+      if c == "\\" then
+        local n = s:sub(i + 1, i + 1)
+        if n == "u" then out[#out + 1] = utf8.char(tonumber(s:sub(i + 2, i + 5), 16)); i = i + 6
+        else out[#out + 1] = escapes[n] or n; i = i + 2 end
+      else
+        out[#out + 1] = c; i = i + 1
+      end
+    end
+  end
+  local value
+  local function seq(close, item)
+    pos = pos + 1
+    ws()
+    if s:sub(pos, pos) == close then pos = pos + 1; return end
+    while true do
+      item()
+      ws()
+      local c = s:sub(pos, pos)
+      pos = pos + 1
+      if c == close then return end
+      if c ~= "," then error("JSON: expected , or " .. close .. " at " .. pos) end
+    end
+  end
+  function value()
+    ws()
+    local c = s:sub(pos, pos)
+    if c == "{" then
+      local t = {}
+      seq("}", function()
+        ws()
+        local k = str()
+        ws()
+        if s:sub(pos, pos) ~= ":" then error("JSON: expected : at " .. pos) end
+        pos = pos + 1
+        t[k] = value()
+      end)
+      return t
+    elseif c == "[" then
+      local t = {}
+      seq("]", function() t[#t + 1] = value() end)
+      return t
+    elseif c == '"' then
+      return str()
+    end
+    for word, v in pairs({ ["true"] = true, ["false"] = false }) do
+      if s:sub(pos, pos + #word - 1) == word then pos = pos + #word; return v end
+    end
+    if s:sub(pos, pos + 3) == "null" then pos = pos + 4; return nil end
+    local num = s:match("^-?%d+%.?%d*[eE]?[-+]?%d*", pos)
+    if not num then error("JSON: unexpected character at " .. pos) end
+    pos = pos + #num
+    return tonumber(num)
+  end
+  return value()
+end
+
+local function fmt_bytes(n)
+  local units = { "B", "KiB", "MiB", "GiB", "TiB" }
+  local u = 1
+  while n >= 1024 and u < #units do n = n / 1024; u = u + 1 end
+  return string.format(u == 1 and "%d %s" or "%.2f %s", n, units[u])
+end
+
+-- The heap. --policy none: no collector (Lua's own pace only).
+local ok, heap = pcall(gcpressure.new, {
+  backend = opts.backend,
+  policy = opts.policy ~= "none" and opts.policy or nil,
+  collector = opts.policy ~= "none",
+  hard_limit = opts.hard_limit,
+  soft_limit = opts.soft_limit,
+  gc_mode = opts.gc_mode,
+})
+if not ok then
+  if opts.skip_without_backend and (heap:find("unsupported", 1, true) or heap:find("needs the module built", 1, true)) then
+    print("skipped: " .. heap)
+    os.exit(77)
+  end
+  io.stderr:write(heap, "\n")
+  os.exit(2)
+end
+local info = heap:info()
+local d, batch, layers = opts.d, opts.batch, opts.layers
+
+-- The model: weights and biases live for the whole run.
+local W, B = {}, {}
+for l = 1, layers do
+  W[l] = heap:array(d * d):fill_random(l, 1 / math.sqrt(d))
+  B[l] = heap:array(d):fill(0.01)
+end
+local input = heap:array(d * batch):fill_random(0, 1)
+
+-- The simulated runtime's live host heap: linked small tables.
+local host_heap
+do
+  local target = collectgarbage("count") + opts.host_heap_mib * 1024
+  local n = 0
+  while collectgarbage("count") < target do
+    for _ = 1, 1000 do
+      host_heap = { next = host_heap, n = n }
+      n = n + 1
+    end
+  end
+end
+
+local function forward(x)
+  for l = 1, layers do
+    local t = heap:matmul(W[l], x, d, d, batch) -- W*x: the broadcast's temporary
+    x = heap:bias_relu(t, B[l], d, batch)       -- relu.(t .+ b): the layer's output
+  end
+  local junk = {}
+  for k = 1, 300 do junk[k % 8 + 1] = { k, k + 1 } end -- small host garbage
+  return x
+end
+
+local function is_oom(err) return type(err) == "string" and err:find("out of memory", 1, true) ~= nil end
+
+local trace = opts.trace and assert(io.open(opts.trace, "w"))
+if trace then trace:write("iteration,live_bytes,reserved_bytes,collections_minor,collections_full,gc_seconds\n") end
+
+local ooms, steady_base, checksum = 0, 0, 0
+local steady_at = opts.iters // 10
+local t0 = gcpressure.now()
+for it = 1, opts.iters do
+  local fine, y = pcall(forward, input)
+  if fine then
+    if it == opts.iters and not info.on_device then checksum = y:sum() end
+  elseif is_oom(y) then
+    ooms = ooms + 1
+    if not opts.quiet then io.stderr:write("iteration ", it, ": ", y, "\n") end
+  else
+    error(y, 0)
+  end
+  y = nil
+  heap:iteration()
+  if it == steady_at then steady_base = json_decode(heap:stats()).gc.by_kind.blocking_full end
+  if trace or not opts.quiet then
+    local s = json_decode(heap:stats())
+    local k = s.gc.by_kind
+    if trace then
+      trace:write(string.format("%d,%d,%d,%d,%d,%.6f\n", it, s.requested.current, s.reserved.current, k.minor,
+        k.incremental_full + k.blocking_full, s.gc.gc_seconds))
+    end
+    if not opts.quiet then
+      print(string.format("iteration %4d: live %10s, reserved %10s, collections: minor %d, full %d", it,
+        fmt_bytes(s.requested.current), fmt_bytes(s.reserved.current), k.minor, k.incremental_full + k.blocking_full))
+    end
+  end
+end
+local wall = gcpressure.now() - t0
+if trace then trace:close() end
+
+local s = json_decode(heap:stats())
+local k = s.gc.by_kind
+local summary = {
+  { "policy", s.gc.policy ~= "" and s.gc.policy or info.policy },
+  { "backend", s.backend },
+  { "iterations", opts.iters },
+  { "ooms", ooms },
+  { "peak_live_bytes", s.requested.peak },
+  { "peak_reserved_bytes", s.reserved.peak },
+  { "collections_minor", k.minor },
+  { "collections_full", k.incremental_full + k.blocking_full },
+  { "collections_full_steady", k.blocking_full - steady_base },
+  { "max_pause_seconds", s.gc.longest_pause_seconds },
+  { "gc_seconds", s.gc.gc_seconds },
+  { "wall_seconds", wall },
+  { "finalized", s.gc.finalized },
+  { "runtime", "lua" },
+  { "lua_version", _VERSION },
+  { "gc_mode", info.gc_mode },
+  { "hard_limit_bytes", s.hard_limit },
+  { "soft_limit_bytes", s.soft_limit },
+  { "total_allocated_bytes", s.requested.total },
+  { "incremental_slices", s.gc.incremental_slices },
+  { "library_ooms", s.ooms },
+  { "layers", layers }, { "d", d }, { "batch", batch }, { "host_heap_mib", opts.host_heap_mib },
+  { "lua_heap_kib", math.floor(collectgarbage("count")) },
+  { "checksum", checksum },
+}
+
+if opts.json then
+  local parts = {}
+  for _, kv in ipairs(summary) do
+    local v = kv[2]
+    if type(v) == "string" then v = string.format("%q", v)
+    elseif math.type(v) == "integer" then v = string.format("%d", v)
+    else v = string.format("%.6f", v) end
+    parts[#parts + 1] = string.format("%q:%s", kv[1], v)
+  end
+  print("{" .. table.concat(parts, ",") .. "}")
+else
+  print(string.format("%s policy, %s backend, Lua %s GC: %d iterations in %.2f s", summary[1][2], s.backend,
+    info.gc_mode, opts.iters, wall))
+  print(string.format("  peak reserved %s (hard limit %s), peak live %s, allocated %s in all",
+    fmt_bytes(s.reserved.peak), fmt_bytes(s.hard_limit), fmt_bytes(s.requested.peak), fmt_bytes(s.requested.total)))
+  print(string.format("  collections: minor %d, whole-heap %d (blocking after warm-up %d); gc %.3f s, longest pause %.2f ms",
+    k.minor, k.incremental_full + k.blocking_full, k.blocking_full - steady_base, s.gc.gc_seconds,
+    s.gc.longest_pause_seconds * 1e3))
+  print(string.format("  finalized %d arrays, OOMs %d", s.gc.finalized, ooms))
+end
+
+if opts.expect_oom then
+  if ooms == 0 then
+    io.stderr:write("forward_loop.lua: CHECK FAILED: expected OOMs without device pressure, got none\n")
+    os.exit(1)
+  end
+  io.stderr:write(string.format("forward_loop.lua: as expected, %d of %d iterations hit OOM (peak reserved %s)\n",
+    ooms, opts.iters, fmt_bytes(s.reserved.peak)))
+elseif opts.check then
+  local errs = {}
+  if opts.iters < 200 then errs[#errs + 1] = "fewer than 200 iterations" end
+  if s.requested.total < 20 * s.hard_limit then
+    errs[#errs + 1] = string.format("allocated %s, less than 20x the hard limit %s", fmt_bytes(s.requested.total),
+      fmt_bytes(s.hard_limit))
+  end
+  if ooms ~= 0 or s.ooms ~= 0 then errs[#errs + 1] = string.format("%d OOMs (library: %d)", ooms, s.ooms) end
+  if s.reserved.peak > s.hard_limit then
+    errs[#errs + 1] = string.format("peak reserved %s above the hard limit %s", fmt_bytes(s.reserved.peak),
+      fmt_bytes(s.hard_limit))
+  end
+  if checksum ~= checksum then errs[#errs + 1] = "checksum is NaN" end
+  if #errs > 0 then
+    io.stderr:write("forward_loop.lua: CHECK FAILED: ", table.concat(errs, "; "), "\n")
+    os.exit(1)
+  end
+  io.stderr:write(string.format("forward_loop.lua: check passed: peak reserved %s <= hard limit %s, %.1fx the limit allocated, 0 OOMs\n",
+    fmt_bytes(s.reserved.peak), fmt_bytes(s.hard_limit), s.requested.total / s.hard_limit))
+end

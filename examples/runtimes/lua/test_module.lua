@@ -1,0 +1,167 @@
+-- test_module.lua — the `gcpressure` Lua module: API, errors, finalizers,
+-- re-entrancy from __gc, coroutines. Prints "N passed, M failed" last.
+local gcpressure = require "gcpressure"
+
+local passed, failed = 0, 0
+local function check(cond, what)
+  if cond then passed = passed + 1
+  else
+    failed = failed + 1
+    io.stderr:write("FAIL: ", what, "\n", debug.traceback(), "\n")
+  end
+end
+local function raises(fn, needle, what)
+  local ok, err = pcall(fn)
+  check(not ok and tostring(err):find(needle, 1, true) ~= nil,
+    what .. " (expected an error with '" .. needle .. "', got " .. tostring(ok and "no error" or err) .. ")")
+  return err
+end
+local function count(json, key) return tonumber(json:match('"' .. key .. '":(%-?%d+)')) end
+
+check(type(gcpressure.version()) == "string", "version")
+check(type(gcpressure.now()) == "number", "now")
+check(gcpressure._VERSION:find("gcpressure", 1, true), "_VERSION")
+
+-- options and their errors
+raises(function() gcpressure.new{ backend = "quantum" } end, "backend must be", "bad backend")
+raises(function() gcpressure.new{ gc_mode = "psychic" } end, "gc_mode must be", "bad gc_mode")
+raises(function() gcpressure.new{ backend = "host", policy = "bogus" } end, "unknown policy 'bogus'", "bad policy")
+raises(function() gcpressure.new{ backend = "host", hard_limit = "lots" } end, "lots", "bad hard limit")
+raises(function() gcpressure.new{ backend = "host", hard_limit = {} } end, "must be a number of bytes", "bad size type")
+do -- CUDA where there is none: unsupported (only asserted without a GPU)
+  local ok, err = pcall(gcpressure.new, { backend = "cuda" })
+  if not ok then
+    check(err:find("unsupported", 1, true) or err:find("needs the module built", 1, true), "cuda without a GPU: " .. err)
+  end
+end
+
+local heap = gcpressure.new{ backend = "host", hard_limit = 16 * 1024 * 1024, policy = "at_limit" }
+check(tostring(heap):find("host", 1, true), "heap tostring")
+local info = heap:info()
+check(info.backend == "host" and info.policy == "at_limit" and info.gc_mode == "generational", "info")
+check(collectgarbage("isrunning"), "Lua GC running")
+
+-- arrays
+local a = heap:array(1000)
+check(#a == 1000 and a:bytes() == 4000 and a:is_live(), "array length and bytes")
+check(tostring(a):find("1000 floats", 1, true), "array tostring")
+a:fill(2.5)
+check(a:get(1) == 2.5 and a:get(1000) == 2.5, "fill/get")
+a:set(7, -1)
+check(a:get(7) == -1, "set")
+check(math.abs(a:sum() - (999 * 2.5 - 1)) < 1e-3, "sum")
+raises(function() a:get(0) end, "index out of range", "index 0")
+raises(function() a:get(1001) end, "index out of range", "index past the end")
+raises(function() heap:array(0) end, "length must be positive", "zero-length array")
+raises(function() heap:alloc(0) end, "size must be positive", "zero-byte alloc")
+local live = heap:usage()
+check(live == 4000, "usage after one array: " .. live)
+a:free()
+check(not a:is_live() and #a == 0, "freed array")
+raises(function() a:get(1) end, "used after free", "get after free")
+raises(function() a:free() end, "freed twice", "double free")
+check(heap:usage() == 0, "usage after free")
+local raw = heap:alloc(4096 + 3)
+check(#raw == 1024 and raw:bytes() == 4099, "alloc(bytes)")
+raw = nil
+
+-- small compute: W (2x3) * X (3x2), then relu(. + b)
+local W = heap:array(6); for i, v in ipairs{ 1, 2, 3, 4, 5, 6 } do W:set(i, v) end
+local X = heap:array(6); for i, v in ipairs{ 1, -1, 0, 1, -2, 0 } do X:set(i, v) end
+local Y = heap:matmul(W, X, 2, 3, 2)
+check(Y:get(1) == -5 and Y:get(2) == 1 and Y:get(3) == -8 and Y:get(4) == 1, "matmul")
+local b = heap:array(2); b:set(1, 1); b:set(2, 10)
+local R = heap:bias_relu(Y, b, 2, 2)
+check(R:get(1) == 0 and R:get(2) == 2 and R:get(3) == 2 and R:get(4) == 11, "bias_relu")
+raises(function() heap:matmul(W, X, 3, 3, 2) end, "smaller", "matmul size check")
+W, X, Y, b, R = nil, nil, nil, nil, nil
+
+-- garbage: __gc queues the block; drain (or the next allocation) returns it
+collectgarbage("stop")
+do local g = heap:array(256 * 1024) end
+collectgarbage("collect")
+local s = heap:stats()
+check(count(s, "deferred_pending") >= 1, "queued by __gc")
+heap:drain()
+check(heap:usage() == 0, "drained")
+collectgarbage("restart")
+
+-- explicit collections through the callbacks
+local before = heap:info()
+heap:collect()
+heap:collect(true)
+local after = heap:info()
+check(after.minor_calls == before.minor_calls + 1 and after.full_calls == before.full_calls + 1, "collect -> callbacks")
+s = heap:stats()
+check(count(s, "user") == 2 and count(s, "minor") >= 1 and count(s, "blocking_full") >= 1, "collections recorded")
+
+-- device pressure drives Lua's collector: 256 MiB of garbage through 16 MiB
+local host_live = {}
+for i = 1, 20000 do host_live[i] = { i } end -- Lua's own collector now runs rarely
+for i = 1, 256 do local g = heap:array(256 * 1024) end
+s = heap:stats()
+check(count(s, "ooms") == 0, "no OOM under pressure")
+check(heap:info().minor_calls > after.minor_calls, "minor collections ran")
+check(count(s:match('"reserved":{[^}]*}'), "peak") <= 16 * 1024 * 1024, "peak reserved within the limit")
+
+-- re-entrancy from __gc: collections refused (BUSY), allocation allowed
+local seen = {}
+collectgarbage("stop")
+do
+  setmetatable({}, { __gc = function()
+    local ok, err = pcall(heap.collect, heap)
+    seen.collect_ok, seen.collect_err = ok, err
+    local ok2, arr = pcall(heap.array, heap, 16)
+    seen.alloc_ok = ok2 and arr:is_live()
+  end })
+end
+heap:collect() -- our minor: lua_gc(LUA_GCSTEP) runs the __gc above inside the collection
+collectgarbage("restart")
+check(seen.collect_ok == false and tostring(seen.collect_err):find("inside a collection", 1, true),
+  "heap:collect from __gc inside a collection: " .. tostring(seen.collect_err))
+check(seen.alloc_ok == true, "heap:array from __gc inside a collection")
+check(heap:info().gc_errors == 0, "no failed lua_gc calls")
+
+-- allocation from a coroutine: the callbacks run on that thread
+local co = coroutine.wrap(function()
+  for i = 1, 128 do local g = heap:array(256 * 1024); if i % 16 == 0 then coroutine.yield(i) end end
+  return "done"
+end)
+local r
+repeat r = co() until r == "done"
+check(count(heap:stats(), "ooms") == 0, "coroutine allocations")
+
+-- OOM without a collector: the library's report
+local bare = gcpressure.new{ backend = "host", hard_limit = "4MiB", collector = false }
+check(bare:info().policy == "none", "no collector")
+local keep = {}
+local err = raises(function() for i = 1, 100 do keep[i] = bare:array(256 * 1024) end end, "out of memory", "OOM")
+check(tostring(err):find("hard limit", 1, true), "OOM report mentions the hard limit")
+raises(function() bare:collect() end, "no collector", "collect without a collector")
+keep = nil
+
+-- set_limits
+heap:set_limits(0, 32 * 1024 * 1024)
+check(count(heap:stats(), "hard_limit") == 32 * 1024 * 1024, "set_limits")
+raises(function() heap:set_limits(64 * 1024 * 1024, 0) end, "soft limit above hard limit", "soft > hard")
+
+-- incremental mode (a property of the whole Lua state)
+local inc = gcpressure.new{ backend = "host", hard_limit = "16MiB", gc_mode = "incremental", step_kb = 256 }
+check(inc:info().gc_mode == "incremental", "incremental mode")
+for i = 1, 256 do local g = inc:array(256 * 1024) end
+check(count(inc:stats(), "ooms") == 0, "no OOM in incremental mode")
+inc:close()
+raises(function() inc:array(1) end, "closed", "use after close")
+inc:close() -- idempotent
+
+-- close with a live array: the array is unusable, its later __gc harmless
+local h2 = gcpressure.new{ backend = "host", hard_limit = "8MiB" }
+local orphan = h2:array(1024)
+h2:close()
+raises(function() orphan:get(1) end, "heap was closed", "array after its heap closed")
+orphan = nil
+do local h3 <close> = gcpressure.new{ backend = "host", hard_limit = "8MiB" }; h3:array(4) end -- __close
+collectgarbage("collect")
+
+print(string.format("%d passed, %d failed", passed, failed))
+os.exit(failed == 0 and 0 or 1)
