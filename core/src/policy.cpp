@@ -78,9 +78,25 @@ void gc_policy::record(gc_kind kind, gc_reason reason, const outcome& o, double 
                  format_bytes(o.live_after).c_str());
 }
 
+namespace {
+// Note [No nested collections]: a collection runs runtime code (finalizers)
+// that may allocate or ask for a collection on this thread; a runtime's
+// collector is not re-entrant, so such a nested request does nothing.
+thread_local int t_collecting = 0;
+struct collecting_scope {
+  collecting_scope() { ++t_collecting; }
+  ~collecting_scope() { --t_collecting; }
+};
+}  // namespace
+
 gc_policy::outcome gc_policy::run_collection(gc_kind kind, gc_reason reason) {
-  std::lock_guard<std::recursive_timed_mutex> lk(collect_mu_);
   outcome o;
+  if (t_collecting) {
+    o.live_after = alloc_.live_bytes();
+    return o;
+  }
+  collecting_scope scope;
+  std::lock_guard<std::recursive_timed_mutex> lk(collect_mu_);
   alloc_.drain();  // frees already queued are not this collection's work
   o.young_before = alloc_.since_mark();
   const std::size_t before = alloc_.live_bytes();
@@ -109,6 +125,11 @@ gc_policy::outcome gc_policy::run_collection(gc_kind kind, gc_reason reason) {
 }
 
 bool gc_policy::step_full_cycle(gc_reason reason, outcome* out) {
+  if (t_collecting) {
+    if (out) out->live_after = alloc_.live_bytes();
+    return true;  // the outer collection does the work
+  }
+  collecting_scope scope;
   std::lock_guard<std::recursive_timed_mutex> lk(collect_mu_);
   const auto t0 = clock_type::now();
   if (!full_active_) {

@@ -273,10 +273,24 @@ struct pool_impl {
   }
 
   block* new_segment(std::size_t rounded, bool is_small, stream_ref stream) {
-    const std::size_t n = segment_size(rounded);
+    std::size_t n = segment_size(rounded);
     void* p;
     try {
       p = upstream.allocate(n, stream);
+    } catch (const out_of_memory&) {
+      // A shared segment that does not fit (under a small hard limit, or on
+      // a nearly full device) must not fail a request that fits by itself.
+      if (n == rounded) {
+        ++c.upstream_failures;
+        throw;
+      }
+      n = rounded;
+      try {
+        p = upstream.allocate(n, stream);
+      } catch (...) {
+        ++c.upstream_failures;
+        throw;
+      }
     } catch (...) {
       ++c.upstream_failures;
       throw;

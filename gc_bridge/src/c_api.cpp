@@ -64,6 +64,7 @@ class callback_collector final : public collector {
     cb_.minor(cb_.context);
   }
   bool has_incremental_full() const noexcept override { return cb_.start_full && cb_.step_full; }
+  bool minor_is_whole_heap() const noexcept override { return cb_.minor_is_full != 0; }
   void start_full() override {
     if (t_in_collection) return;
     collection_scope s;

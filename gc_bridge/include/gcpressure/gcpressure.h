@@ -73,7 +73,11 @@ typedef struct gcpressure_buffer gcpressure_buffer; /* a Boehm GC object */
  * many (may be NULL when the runtime runs them itself during collections).
  * start_full/step_full: optional whole-heap cycle in slices; step_full returns
  * nonzero when the cycle completed (NULL: the policy uses full instead).
- * heap_bytes: optional, the runtime's own heap size. */
+ * heap_bytes: optional, the runtime's own heap size. minor_is_full: nonzero
+ * when the runtime has no young generation (minor marks the whole heap, as
+ * bdwgc without incremental mode): such collections are then reported as
+ * blocking full ones. Added in API version 1; read only if struct_size
+ * covers it. */
 typedef struct gcpressure_collector_callbacks {
   size_t struct_size; /* sizeof(gcpressure_collector_callbacks) */
   void* context;
@@ -83,6 +87,7 @@ typedef struct gcpressure_collector_callbacks {
   void (*start_full)(void* context);
   int (*step_full)(void* context, double budget_seconds);
   size_t (*heap_bytes)(void* context);
+  int minor_is_full;
 } gcpressure_collector_callbacks;
 
 /* Fills defaults and struct_size. Thread-safe; finalizer-safe. */
@@ -103,7 +108,9 @@ gcpressure_status gcpressure_create(const gcpressure_options* o, gcpressure_allo
 gcpressure_status gcpressure_destroy(gcpressure_allocator* a);
 
 /* Registers the runtime's collector and (re)creates the policy over it.
- * Thread-safe; not from a collection. */
+ * Not from a collection, and not while other calls on the same allocator are
+ * in flight on other threads (it replaces the policy they would use): call it
+ * once, right after gcpressure_create. */
 gcpressure_status gcpressure_set_collector(gcpressure_allocator* a, const gcpressure_collector_callbacks* c);
 
 /* Allocates device memory on `stream` (cudaStream_t or host stream; NULL the
