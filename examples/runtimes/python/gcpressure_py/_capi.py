@@ -119,6 +119,7 @@ class CollectorCallbacks(Structure):
         ("start_full", VOID_CB),
         ("step_full", STEP_CB),
         ("heap_bytes", COUNT_CB),
+        ("minor_is_full", ctypes.c_int),
     ]
 
 
