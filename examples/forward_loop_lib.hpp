@@ -1,0 +1,161 @@
+// forward_loop_lib.hpp — the Flux-style forward loop of
+// ../shared/context/flux-issue-gpu-memory-growing.txt, as a small library that
+// both examples/forward_loop (the command line) and bench/forward_bench.cpp
+// (the policy matrix) run.
+//
+// The model: `layers` Dense layers y = relu.(W*x .+ b) (column-major, as in
+// Julia). Every layer call allocates its output and its broadcast temporary
+// (W*x) as GC-owned device arrays (boehm::device_heap::alloc) wrapped in small
+// GC host objects, and the loop just drops them, as Julia code does. Under the
+// explicit_free policy the loop instead calls unsafe_free on each array when it
+// dies: the oracle. W, b and the input x are allocated once and kept reachable
+// from an uncollectable GC root.
+//
+// The simulated runtime around it: a live host heap of `host_heap_mib` MiB of
+// 64-byte linked GC objects (host_heap, built once and reusable across runs),
+// plus `host_allocs` small host GC allocations per iteration that die at once.
+//
+// Thread safety: one run at a time per process (Boehm is process-global, and
+// a run owns the calling thread's GC state). Call from a thread registered
+// with Boehm (the main thread is, after boehm::init()).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gcpressure/config.hpp"
+
+namespace fwd {
+
+// Bad command line: what() says what was wrong.
+class usage_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct options {
+  std::string backend;              // "host" | "cuda" | "cuda_sync"; "" = cuda when available, else host
+  std::string policy = "pressure";  // any of gcpressure::policy_names()
+  int iters = 2000;
+  int layers = 4;
+  int d = 256;
+  int batch = 32;                   // with d=256, 4 layers: about 1 ms per iteration on the host backend
+  std::size_t host_heap_mib = 0;
+  int host_allocs = 300;            // small host GC allocations per iteration (garbage)
+  gcpressure::size_spec hard_limit; // unset: forward_loop's default (see default_hard_limit)
+  gcpressure::size_spec soft_limit; // unset: the library's (75% of the hard limit)
+  std::size_t host_capacity = std::size_t{8} << 30;  // simulated device size on the host backend
+  double gc_budget = 0.05;
+  int every_n = 1;
+  bool verbose = false;             // the policy's per-collection lines on stderr
+  double max_seconds = 0;           // > 0: stop early after this much loop time (reported)
+  std::uint64_t seed = 42;
+  std::string trace;                // CSV path ("" = none)
+  bool json = false;
+  bool quiet = false;
+};
+
+// The usage text (the command-line contract).
+std::string usage();
+
+// Parses argv (argv[0] skipped). Defaults come from `base`, then the
+// GCPRESSURE_* environment (backend, limits, policy, budget, every_n,
+// verbose, host capacity), then the flags. Throws usage_error. `help` is set
+// when --help was given.
+options parse_args(int argc, char** argv, bool* help = nullptr, options base = {});
+
+// The hard limit used when none is given: 50% of device memory on CUDA; on the
+// host backend 256 MiB of the simulated host_capacity device (about 240x the
+// default model's live set, so that at_limit's growth shows, and it reaches the
+// limit within the default 2000 iterations once the host heap is large enough
+// that Boehm's own collections are rare).
+gcpressure::size_spec default_hard_limit(bool cuda);
+
+// A live host heap of `mib` MiB of 64-byte linked GC objects, reachable from an
+// uncollectable root until destruction. Building 1 GiB takes a few seconds
+// (collections are disabled while it is built). Not copyable.
+class host_heap {
+ public:
+  explicit host_heap(std::size_t mib);
+  ~host_heap();
+  host_heap(const host_heap&) = delete;
+  host_heap& operator=(const host_heap&) = delete;
+  std::size_t mib() const noexcept { return mib_; }
+  std::size_t objects() const noexcept { return objects_; }
+  std::size_t bytes() const noexcept { return bytes_; }  // GC_size() of every object, summed
+  double build_seconds() const noexcept { return build_seconds_; }
+
+ private:
+  std::size_t mib_ = 0, objects_ = 0, bytes_ = 0;
+  double build_seconds_ = 0;
+  void** roots_ = nullptr;  // uncollectable array of chain heads
+  std::size_t chains_ = 0;
+};
+
+struct iteration_sample {
+  int iteration;
+  std::size_t live, reserved;
+  std::uint64_t collections;    // collections the policy ran so far (all kinds)
+  double gc_seconds;             // their time so far
+  std::uint64_t blocking_full;   // blocking full collections so far
+};
+
+struct result {
+  // configuration
+  std::string policy, backend;
+  int iterations_requested = 0, layers = 0, d = 0, batch = 0, host_allocs = 0;
+  std::size_t host_heap_mib = 0, host_heap_bytes = 0;
+  std::size_t hard_limit = 0, soft_limit = 0, device_total = 0;
+  double gc_budget = 0;
+  // outcome
+  int iterations = 0;               // iterations run (fewer than requested if stopped by max_seconds)
+  bool stopped_early = false;
+  std::uint64_t ooms = 0;
+  std::size_t peak_live_bytes = 0, peak_reserved_bytes = 0;
+  std::size_t final_live_bytes = 0, final_reserved_bytes = 0;
+  std::size_t bytes_per_iteration = 0;  // device bytes the loop allocates per iteration
+  std::size_t model_bytes = 0;          // parameters + input, kept alive
+  std::uint64_t collections_minor = 0;          // minor collections the policy ran
+  std::uint64_t collections_full = 0;           // whole-heap cycles the policy ran (incremental or blocking)
+  std::uint64_t collections_incremental_full = 0;
+  std::uint64_t collections_blocking_full = 0;
+  std::uint64_t collections_full_steady = 0;    // blocking full collections after the first 10% of iterations
+  std::uint64_t collections_by_reason[5] = {};  // early, quiet_moment, ladder, user, baseline
+  std::uint64_t incremental_slices = 0;
+  std::uint64_t ladder_full_collections = 0;    // reclaim ladder full_collection steps run
+  double max_pause_seconds = 0;     // longest pause of a collection the policy ran
+  double max_iteration_seconds = 0; // longest iteration, end to end (covers the runtime's own pauses)
+  double gc_seconds = 0;            // time in collections the policy ran (+ finalizers, drain)
+  double wall_seconds = 0;          // the loop only
+  double time_per_iter = 0;
+  double gc_fraction = 0;
+  std::uint64_t finalized = 0;      // handles finalized (device blocks queued by finalizers)
+  std::uint64_t allocations = 0;    // device allocations during the run
+  // Boehm's own view during the loop: every collection, its own included.
+  std::uint64_t runtime_collections = 0, runtime_full_collections = 0;
+  double runtime_gc_seconds = 0;    // collector_counters::seconds: Boehm 8.2 reports only its blocking
+                                    // collections (GC_EVENT_START is sent by GC_try_to_collect_inner only)
+  double cpu_seconds = 0;           // process CPU time during the loop (all threads; robust to a busy machine)
+  double checksum = 0;              // sum of the last output's first column (sanity)
+  std::size_t live_at_exit_bytes = 0;   // device bytes still live after teardown's collections
+  std::string first_oom;            // the first out_of_memory message ("" if none)
+  std::string pool_status;          // the library's status table at the end of the loop
+  std::vector<iteration_sample> samples;  // one per iteration run
+};
+
+// Runs the loop. `heap` must hold options.host_heap_mib MiB (or be null when
+// it is 0); when null and host_heap_mib > 0, a heap is built for the run.
+// Per-iteration lines go to `progress` unless null or options.quiet. Writes
+// the trace CSV when options.trace is set. Throws gcpressure::logic_error /
+// cuda_error on setup failures; out_of_memory during the loop is counted.
+result run(const options& o, host_heap* heap = nullptr, std::FILE* progress = stdout);
+
+std::string to_json(const result& r);      // one line, no newline
+std::string summary_table(const result& r);
+
+}  // namespace fwd
