@@ -318,7 +318,15 @@ class pressure_policy final : public gc_policy {
       const double r = static_cast<double>(o.young_before) / interval;
       rate_ = rate_ > 0 ? 0.75 * rate_ + 0.25 * r : r;
     }
-    *cost = *cost > 0 ? 0.75 * *cost + 0.25 * o.seconds : o.seconds;
+    // The first collection pays one-time costs (the runtime's first mark of
+    // a freshly built heap: 100+ ms for an empty Boehm heap in incremental
+    // mode); learning from it would inflate the time floor for many
+    // collections. Later samples are clamped to 8x the estimate for the same
+    // reason (one slow outlier must not turn into a huge young budget).
+    if (++cost_samples_ > 1) {
+      const double x = *cost > 0 ? std::min(o.seconds, 8 * *cost) : o.seconds;
+      *cost = *cost > 0 ? 0.75 * *cost + 0.25 * x : x;
+    }
     if (o.young_before > 0) yield_ = std::min(1.0, static_cast<double>(o.reclaimed) / static_cast<double>(o.young_before));
     last_end_ = clock_type::now();
     live_after_ = o.live_after;
@@ -362,6 +370,7 @@ class pressure_policy final : public gc_policy {
   }
 
   double c_minor_ = 0, c_full_ = 0, rate_ = 0, yield_ = 1.0;
+  std::uint64_t cost_samples_ = 0;
   // Quiet-moment bookkeeping: bytes allocated per stretch between hints.
   double stretch_ = 0;
   std::size_t young_at_quiet_ = 0, collected_since_quiet_ = 0;

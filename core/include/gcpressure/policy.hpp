@@ -29,7 +29,7 @@ struct policy_options {
   double slice_seconds = 0.002;        // longest slice of an incremental whole-heap cycle
   double quiet_fraction = 0.5;         // at a quiet moment, collect once this much of the young budget is used
   double growth = 1.0;                 // young budget as a multiple of the live set left by the last collection
-  std::size_t min_young_bytes = std::size_t{4} << 20;  // never collect more often than every 4 MiB
+  std::size_t min_young_bytes = std::size_t{1} << 20;  // never collect more often than every 1 MiB
   bool verbose = false;
 
   static policy_options from_config(const config& c);

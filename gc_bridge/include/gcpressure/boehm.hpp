@@ -30,6 +30,7 @@ struct runtime_options {
   unsigned long time_limit_ms = 2;  // Boehm's own slice length in incremental mode
   bool finalizer_thread = true;   // GC_set_finalize_on_demand(1) + a thread woken by the notifier
   int full_freq = -1;             // partial collections between full ones; -1: Boehm's default (19)
+  bool skip_vendor_roots = true;  // do not scan CUDA/cuBLAS/NCCL data segments as roots
 };
 
 // Initialises Boehm for the process once: GC_INIT, thread registration,
