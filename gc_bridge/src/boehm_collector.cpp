@@ -13,7 +13,11 @@
 //   with a limit, marking is sliced and GC_collect_a_little() advances it.
 // - Dirty bits come from mprotect here (no soft-dirty bits), so nothing may
 //   write GC pages from outside (the device driver writes only device or
-//   pinned non-GC memory; handles are pointer-free GC_MALLOC_ATOMIC objects).
+//   pinned non-GC memory; handles are pointer-free GC_I_PTRFREE objects).
+// - With GC_THREADS, objects on thread-local free lists are marked at every
+//   collection, so GC_MALLOC_ATOMIC objects can be born marked and survive
+//   partial collections young; handles use GC_generic_malloc instead (Note
+//   [Handles come from the global free lists] in device_heap.cpp).
 // - There is no API to tell Boehm about external bytes: the policy is ours.
 #include <chrono>
 #include <condition_variable>

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "boehm_gc.hpp"
+#include <gc/gc_inline.h>  // GC_I_PTRFREE (after boehm_gc.hpp: needs GC_THREADS)
 #include "gcpressure/boehm.hpp"
 #include "gcpressure/error.hpp"
 
@@ -102,7 +103,17 @@ device_heap::~device_heap() {
 
 buffer* device_heap::alloc(std::size_t bytes, stream_ref stream) {
   void* p = alloc_->allocate(bytes, stream);
-  void* mem = GC_MALLOC_ATOMIC(sizeof(buffer));
+  // Note [Handles come from the global free lists]
+  // Not GC_MALLOC_ATOMIC: with thread-local allocation (GC_THREADS), objects
+  // on a thread's local free list are marked at every collection (bdwgc's
+  // GC_mark_thread_local_fls_for), and a partial collection does not clear
+  // marks, so a handle taken from such a list is born marked and survives
+  // every partial collection until the next full one — minors would miss a
+  // large share of young dead handles. GC_generic_malloc allocates from the
+  // global free lists, whose mark bits are cleared at the end of every
+  // collection. Still pointer-free (GC_I_PTRFREE); checked by
+  // tests/test_boehm.cpp (BoehmFacts.*YoungHandles*).
+  void* mem = GC_generic_malloc(sizeof(buffer), GC_I_PTRFREE);
   if (!mem) {
     alloc_->deallocate(p, bytes, stream);
     throw out_of_memory("gcpressure: the host GC heap has no room for a 48-byte buffer handle");
