@@ -24,6 +24,7 @@
 #include <new>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include <time.h>
 
@@ -455,6 +456,22 @@ struct model_roots {
   std::memset(const_cast<char*>(buf), 0, sizeof buf);
 }
 
+// The bridge's finalizer thread may be running finalizers of the collection
+// that just finished: run what is pending here too, and wait (up to 2 s) until
+// the allocator's live bytes stop moving.
+void settle_finalizers(gcp::device_allocator& a) {
+  std::size_t last = a.live_bytes();
+  int still = 0;
+  for (int i = 0; i < 200 && still < 3; ++i) {
+    while (GC_should_invoke_finalizers()) GC_invoke_finalizers();
+    a.drain();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const std::size_t now = a.live_bytes();
+    still = now == last ? still + 1 : 0;
+    last = now;
+  }
+}
+
 std::uint64_t total(const gcp::collection_stats& s) {
   std::uint64_t n = 0;
   for (auto k : s.by_kind) n += k;
@@ -701,6 +718,9 @@ result run(const options& o, host_heap* heap, std::FILE* progress) {
   for (int i = 0; i < 2 && alloc.live_bytes() > 0; ++i) {
     const std::size_t before = alloc.live_bytes();
     dh->collect(gcp::gc_kind::blocking_full);
+    settle_finalizers(alloc);
+    if (std::getenv("FWD_DEBUG_TEARDOWN"))
+      std::fprintf(stderr, "teardown: live %zu -> %zu\n", before, alloc.live_bytes());
     if (alloc.live_bytes() == before) break;  // what is left is retained, not garbage
   }
   r.live_at_exit_bytes = alloc.live_bytes();
