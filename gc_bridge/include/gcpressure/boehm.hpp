@@ -5,8 +5,10 @@
 // define GC_THREADS) are not disturbed, and those that don't need not.
 //
 // Note [A device buffer is a GC object]
-// alloc() returns a small GC_MALLOC_ATOMIC object {hidden device pointer,
-// bytes, stream, allocator slot} with a finalizer (no order). When it becomes
+// alloc() returns a small pointer-free GC object (GC_generic_malloc with
+// GC_I_PTRFREE, from the global free lists: Note [Handles come from the
+// global free lists]) {hidden device pointer, bytes, stream, allocator slot}
+// with a finalizer (no order). When it becomes
 // unreachable, a collection finds it and its finalizer pushes the block onto
 // the allocator's deferred-free queue — never calling CUDA, never taking an
 // allocator lock (Note [Finalizers only queue]). The block returns to the
