@@ -18,8 +18,9 @@
 //   ooms                    out_of_memory caught by the loop (iteration skipped)
 //   peak_reserved_MiB, time_per_iter_ms, max_pause_ms, iters (run; fewer than
 //   asked when the time cap stopped it), stopped_early
-//   runtime_full            whole-heap collections Boehm itself reports (its own
-//                           included; a "minor" the policy asked for can be one)
+//   runtime_full(_steady)   whole-heap collections Boehm itself reports (its own
+//                           included; a "minor" the policy asked for can be one),
+//                           in all / after the first 10% of iterations
 // The oracle is explicit_free at the same host heap size, measured in the
 // same process: forward/explicit_free/<mib> is registered first for each size
 // and its result is cached; a filtered run measures it on demand.
@@ -129,6 +130,7 @@ void forward(benchmark::State& st, const std::string& policy, std::size_t mib) {
     st.counters["iters"] = r.iterations;
     st.counters["stopped_early"] = r.stopped_early ? 1 : 0;
     st.counters["runtime_full"] = static_cast<double>(r.runtime_full_collections);
+    st.counters["runtime_full_steady"] = static_cast<double>(r.runtime_full_collections_steady);
     st.SetLabel(r.backend + (r.stopped_early ? ", stopped early by the time cap" : ""));
   } catch (const std::exception& e) {
     st.SkipWithError(e.what());

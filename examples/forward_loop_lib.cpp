@@ -642,7 +642,8 @@ result run(const options& o, host_heap* heap, std::FILE* progress) {
                              alloc.reserved_bytes(),
                              total(cs) - total(base),
                              cs.gc_seconds - base.gc_seconds,
-                             kind(cs, gcp::gc_kind::blocking_full) - kind(base, gcp::gc_kind::blocking_full)};
+                             kind(cs, gcp::gc_kind::blocking_full) - kind(base, gcp::gc_kind::blocking_full),
+                             dh->gc().counters().full_collections - rt0.full_collections};
     r.samples.push_back(s);
     r.max_iteration_seconds = std::max(r.max_iteration_seconds, since(t_iter));
     ++r.iterations;
@@ -679,6 +680,9 @@ result run(const options& o, host_heap* heap, std::FILE* progress) {
   if (const int steady_start = r.iterations / 10; r.iterations > 0)
     r.collections_full_steady =
         r.collections_blocking_full - (steady_start > 0 ? r.samples[steady_start - 1].blocking_full : 0);
+  if (const int steady_start = r.iterations / 10; r.iterations > 0)
+    r.runtime_full_collections_steady =
+        r.samples.back().runtime_full - (steady_start > 0 ? r.samples[steady_start - 1].runtime_full : 0);
   for (int i = 0; i < 5 && i < gcp::gc_reason_count; ++i) r.collections_by_reason[i] = g.by_reason[i] - base.by_reason[i];
   r.incremental_slices = g.incremental_slices - base.incremental_slices;
   r.ladder_full_collections = st.ladder[static_cast<int>(gcp::ladder_step::full_collection)];
@@ -691,6 +695,7 @@ result run(const options& o, host_heap* heap, std::FILE* progress) {
   r.runtime_collections = rt1.collections - rt0.collections;
   r.runtime_full_collections = rt1.full_collections - rt0.full_collections;
   r.runtime_gc_seconds = rt1.seconds - rt0.seconds;
+  r.runtime_heap_bytes = GC_get_heap_size();
   r.pool_status = gcp::to_text(st);
   r.first_oom = first_oom;
 
@@ -795,7 +800,8 @@ std::string to_json(const result& r) {
      << ",\"finalized\":" << u(r.finalized)
      << ",\"allocations\":" << u(r.allocations) << ",\"runtime_collections\":" << u(r.runtime_collections)
      << ",\"runtime_full_collections\":" << u(r.runtime_full_collections)
-     << ",\"runtime_gc_seconds\":" << num(r.runtime_gc_seconds) << ",\"host_heap_mib\":" << u(r.host_heap_mib)
+     << ",\"runtime_full_collections_steady\":" << u(r.runtime_full_collections_steady)
+     << ",\"runtime_gc_seconds\":" << num(r.runtime_gc_seconds) << ",\"runtime_heap_bytes\":" << u(r.runtime_heap_bytes) << ",\"host_heap_mib\":" << u(r.host_heap_mib)
      << ",\"host_heap_bytes\":" << u(r.host_heap_bytes) << ",\"host_allocs\":" << r.host_allocs
      << ",\"layers\":" << r.layers << ",\"d\":" << r.d << ",\"batch\":" << r.batch
      << ",\"bytes_per_iteration\":" << u(r.bytes_per_iteration) << ",\"model_bytes\":" << u(r.model_bytes)
@@ -839,8 +845,9 @@ std::string summary_table(const result& r) {
   row("GC time", f("%.3f s", r.gc_seconds) + f(" (%.2f%% of wall)", 100 * r.gc_fraction));
   row("longest pause / iteration", f("%.3f ms", r.max_pause_seconds * 1e3) + f(" / %.3f ms", r.max_iteration_seconds * 1e3));
   row("finalized handles", std::to_string(r.finalized));
-  row("runtime's own view", std::to_string(r.runtime_collections) + " collections (" +
-                                std::to_string(r.runtime_full_collections) + " full)");
+  row("Boehm's own count", std::to_string(r.runtime_collections) + " collections (" +
+                               std::to_string(r.runtime_full_collections) + " whole-heap, " +
+                               std::to_string(r.runtime_full_collections_steady) + " after 10%)");
   row("OOMs", std::to_string(r.ooms));
   return os.str();
 }

@@ -103,6 +103,7 @@ struct iteration_sample {
   std::uint64_t collections;    // collections the policy ran so far (all kinds)
   double gc_seconds;             // their time so far
   std::uint64_t blocking_full;   // blocking full collections so far
+  std::uint64_t runtime_full;    // whole-heap collections Boehm reports so far (any cause)
 };
 
 struct result {
@@ -138,6 +139,11 @@ struct result {
   std::uint64_t allocations = 0;    // device allocations during the run
   // Boehm's own view during the loop: every collection, its own included.
   std::uint64_t runtime_collections = 0, runtime_full_collections = 0;
+  // Whole-heap collections Boehm reports after the first 10% of iterations,
+  // whatever asked for them: a "minor" the policy asked for is one when Boehm
+  // promotes it (every GC_full_freq-th partial cycle is whole-heap).
+  std::uint64_t runtime_full_collections_steady = 0;
+  std::size_t runtime_heap_bytes = 0;  // Boehm's heap size (GC_get_heap_size) at the end of the loop
   double runtime_gc_seconds = 0;    // collector_counters::seconds: Boehm 8.2 reports only its blocking
                                     // collections (GC_EVENT_START is sent by GC_try_to_collect_inner only)
   double cpu_seconds = 0;           // process CPU time during the loop (all threads; robust to a busy machine)
