@@ -28,6 +28,7 @@
 // Boehm is process-global: the live host heap is built once per size (sizes
 // ascending) and kept between the cases of that size; each run starts with a
 // full collection outside the timing. Environment:
+//   FORWARD_BENCH_ARGS         extra forward_loop flags (model shape, limits)
 //   FORWARD_BENCH_ITERS        iterations per case (default 2000 on host, 20000 on CUDA)
 //   FORWARD_BENCH_MAX_SECONDS  loop-time cap per case (default 10): every_iteration
 //                              at 1 GiB pays a full collection per iteration
@@ -45,7 +46,9 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "forward_loop_lib.hpp"
 #include "gcpressure/boehm.hpp"
@@ -85,8 +88,21 @@ fwd::host_heap* heap_for(std::size_t mib) {
   return s.heap.get();
 }
 
+// FORWARD_BENCH_ARGS: extra forward_loop flags for every case, e.g.
+// "--d 4096 --batch 1024 --layers 8" for a model that loads an H200.
+fwd::options base_options() {
+  std::vector<std::string> words{"forward_bench"};
+  if (const char* v = std::getenv("FORWARD_BENCH_ARGS")) {
+    std::istringstream in(v);
+    for (std::string w; in >> w;) words.push_back(w);
+  }
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  return fwd::parse_args(static_cast<int>(argv.size()), argv.data());
+}
+
 fwd::options forward_options(const std::string& policy, std::size_t mib) {
-  fwd::options o = fwd::parse_args(0, nullptr);  // forward_loop's defaults + GCPRESSURE_* environment
+  fwd::options o = base_options();  // forward_loop's defaults + GCPRESSURE_* + FORWARD_BENCH_ARGS
   const bool cuda = o.backend.empty() ? gcp::cuda_available() : o.backend != "host";
   o.policy = policy;
   o.host_heap_mib = mib;
