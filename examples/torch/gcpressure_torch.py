@@ -1,0 +1,308 @@
+"""gcpressure_torch: PyTorch's CUDA memory, collected by device pressure.
+
+    import gcpressure_torch as gcp
+    gcp.install(hard_limit="4GiB")          # before the first CUDA allocation
+    ...                                     # ordinary PyTorch code
+    print(gcp.stats())                      # collections by kind, GC seconds, peaks
+
+PyTorch frees tensors by reference counting. A tensor held in a reference cycle
+waits for CPython's cyclic collector, which counts objects, not bytes, so the
+device fills up while it sleeps (PyTorch issue #50185). install() replaces
+PyTorch's CUDA allocator (torch.cuda.memory.CUDAPluggableAllocator over
+libgcpressure_torch.so) with gcpressure's stream-aware pool, whose pressure
+policy asks CPython for a collection when device bytes justify one:
+gc.collect(0) / gc.collect(1) for minor collections, gc.collect(2) for the
+whole heap — before an allocation fails, within a GC time budget.
+
+torch.cuda.memory_allocated() and friends do not work with pluggable
+allocators; stats() gives this library's numbers instead.
+
+The library is found through `lib=`, $GCPRESSURE_TORCH_LIB (a file or a
+directory), this file's folder, or this checkout's newest
+build*/examples/torch/libgcpressure_torch.so.
+
+Threads and the GIL: see Note [GIL and the collection lock] in
+gcpressure_torch.cpp. Calls that may collect (collect, iteration, quiet_moment,
+trim) go through ctypes.CDLL, which releases the GIL; attach and shutdown go
+through ctypes.PyDLL (they need it); stats, usage, limits never collect.
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import glob
+import json
+import os
+import threading
+
+__all__ = ["install", "configure", "stats", "raw_stats", "collect", "iteration", "quiet_moment", "usage",
+           "set_limits", "reset_peaks", "trim", "find_library", "Library", "GcpressureTorchError"]
+
+LIB_NAME = "libgcpressure_torch.so"
+ALLOC_FN = "gcp_torch_alloc"
+FREE_FN = "gcp_torch_free"
+
+
+class GcpressureTorchError(RuntimeError):
+    pass
+
+
+def find_library(path: str | None = None) -> str:
+    """The path of libgcpressure_torch.so (see the module docstring)."""
+    cands = []
+    for p in (path, os.environ.get("GCPRESSURE_TORCH_LIB")):
+        if p:
+            cands.append(os.path.join(p, LIB_NAME) if os.path.isdir(p) else p)
+    here = os.path.dirname(os.path.abspath(__file__))
+    cands.append(os.path.join(here, LIB_NAME))
+    root = os.path.dirname(os.path.dirname(here))
+    built = glob.glob(os.path.join(root, "build*", "examples", "torch", LIB_NAME))
+    cands.extend(sorted(built, key=os.path.getmtime, reverse=True))
+    for c in cands:
+        if os.path.isfile(c):
+            return os.path.abspath(c)
+    raise GcpressureTorchError(f"{LIB_NAME} not found (tried {cands}); build the gcpressure_torch target "
+                               "or set GCPRESSURE_TORCH_LIB")
+
+
+def _size(v):
+    if v is None:
+        return None
+    if isinstance(v, int):
+        return str(v).encode()
+    return str(v).encode()
+
+
+class Library:
+    """The loaded library: `c` calls release the GIL (ctypes.CDLL), `py`
+    calls keep it (ctypes.PyDLL); both name the same loaded object."""
+
+    def __init__(self, path: str | None = None):
+        self.path = find_library(path)
+        self.c = ctypes.CDLL(self.path)
+        self.py = ctypes.PyDLL(self.path)
+        for lib in (self.c, self.py):
+            for fn in ("gcp_torch_alloc", "gcp_torch_alloc_nothrow"):
+                getattr(lib, fn).restype = ctypes.c_void_p
+                getattr(lib, fn).argtypes = [ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+            lib.gcp_torch_free.restype = None
+            lib.gcp_torch_free.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+            lib.gcp_torch_init.restype = ctypes.c_int
+            lib.gcp_torch_init.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+                                           ctypes.c_double]
+            lib.gcp_torch_set_option.restype = ctypes.c_int
+            lib.gcp_torch_set_option.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+            lib.gcp_torch_attach_python.restype = ctypes.c_int
+            lib.gcp_torch_attach_python.argtypes = [ctypes.c_int]
+            lib.gcp_torch_python_shutdown.restype = None
+            lib.gcp_torch_python_shutdown.argtypes = []
+            for fn in ("gcp_torch_iteration", "gcp_torch_quiet_moment", "gcp_torch_trim", "gcp_torch_reset_peaks"):
+                getattr(lib, fn).restype = ctypes.c_int
+                getattr(lib, fn).argtypes = [ctypes.c_int]
+            lib.gcp_torch_collect.restype = ctypes.c_int
+            lib.gcp_torch_collect.argtypes = [ctypes.c_int, ctypes.c_int]
+            lib.gcp_torch_set_limits.restype = ctypes.c_int
+            lib.gcp_torch_set_limits.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t]
+            lib.gcp_torch_usage.restype = ctypes.c_int
+            lib.gcp_torch_usage.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_size_t),
+                                            ctypes.POINTER(ctypes.c_size_t)]
+            lib.gcp_torch_stats_json.restype = ctypes.c_size_t
+            lib.gcp_torch_stats_json.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+            lib.gcp_torch_last_error.restype = ctypes.c_char_p
+            lib.gcp_torch_last_error.argtypes = []
+            lib.gcp_torch_selftest_native.restype = ctypes.c_long
+            lib.gcp_torch_selftest_native.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_size_t, ctypes.c_int,
+                                                      ctypes.c_int]
+
+    def check(self, rc: int, what: str, lib=None) -> None:
+        if rc != 0:
+            # The message is thread-local: read it through the same kind of call.
+            msg = (lib or self.py).gcp_torch_last_error()
+            raise GcpressureTorchError(f"{what}: {msg.decode(errors='replace') if msg else 'failed'}")
+
+    def stats_json(self) -> str:
+        n = self.py.gcp_torch_stats_json(None, 0)
+        while True:
+            buf = ctypes.create_string_buffer(n + 256)
+            m = self.py.gcp_torch_stats_json(buf, len(buf))
+            if m <= len(buf):
+                return buf.value.decode()
+            n = m
+
+
+_lib: Library | None = None
+_config: dict = {}
+_lock = threading.Lock()
+
+
+def _shutdown(lib: Library) -> None:
+    # atexit: no Python code runs from the library after this (Note [Finalization]).
+    lib.py.gcp_torch_python_shutdown()
+
+
+def configure(soft_limit=None, hard_limit=None, policy: str | None = "pressure", budget: float | None = None, *,
+              backend: str = "cuda_async", lib: str | None = None, **options) -> Library:
+    """Loads and configures the library; does not touch torch (install() does).
+    Limits: ints (bytes) or strings the library parses ("4GiB", "80%"); soft
+    defaults to 75% of hard, hard to the whole device. policy: pressure |
+    at_limit | every_iteration | cudajl | dotnet | explicit_free. budget: the
+    fraction of wall time collections may take (default 0.05). backend:
+    cuda_async (PyTorch), host (a simulated device in host memory, for tests
+    without a GPU), cuda, auto. options: host_capacity, gil_wait,
+    minor_generation ("auto", 0, 1), gen1_every, handoff ("helper",
+    "pending"), oom ("throw", "null"), every_n, verbose. Once per process,
+    before the first allocation."""
+    global _lib
+    with _lock:
+        if _lib is not None:
+            raise GcpressureTorchError("gcpressure_torch is already configured in this process")
+        L = Library(lib)
+        for k, v in options.items():
+            if v is None:
+                continue
+            if isinstance(v, bool):
+                v = "1" if v else "0"
+            L.check(L.py.gcp_torch_set_option(k.encode(), str(v).encode()), f"option {k}={v!r}")
+        L.check(L.py.gcp_torch_init(backend.encode() if backend else None, _size(soft_limit), _size(hard_limit),
+                                    policy.encode() if policy else None, float(budget or 0.0)),
+                "gcp_torch_init")
+        main = 1 if threading.current_thread() is threading.main_thread() else 0
+        L.check(L.py.gcp_torch_attach_python(main), "gcp_torch_attach_python")
+        atexit.register(_shutdown, L)
+        _lib = L
+        _config.update(dict(soft_limit=soft_limit, hard_limit=hard_limit, policy=policy, budget=budget,
+                            backend=backend, **options))
+        return L
+
+
+def install(soft_limit=None, hard_limit=None, policy: str | None = "pressure", budget: float | None = None, *,
+            lib: str | None = None, **options) -> Library:
+    """Makes gcpressure PyTorch's CUDA allocator. Call it before the first
+    CUDA allocation (PyTorch refuses to swap an allocator that has
+    allocated). Arguments as in configure(); the backend is cuda_async."""
+    import torch  # noqa: F401  (only here: configure() works without torch)
+    import torch.cuda.memory as tcm
+
+    if not torch.cuda.is_available():
+        raise GcpressureTorchError("install: torch sees no CUDA device")
+    L = configure(soft_limit, hard_limit, policy, budget, backend="cuda_async", lib=lib, **options)
+    alloc = tcm.CUDAPluggableAllocator(L.path, ALLOC_FN, FREE_FN)
+    try:
+        tcm.change_current_allocator(alloc)
+    except RuntimeError as e:
+        raise GcpressureTorchError(f"install: PyTorch refused the allocator ({e}); call install() before "
+                                   "anything allocates CUDA memory") from e
+    global _pluggable
+    _pluggable = alloc  # keep it alive
+    return L
+
+
+_pluggable = None
+
+
+def _need() -> Library:
+    if _lib is None:
+        raise GcpressureTorchError("gcpressure_torch is not installed (call install() or configure())")
+    return _lib
+
+
+def _device(device) -> int:
+    if device is not None:
+        return int(getattr(device, "index", device) or 0)
+    if _config.get("backend") in ("cuda_async", "cuda"):
+        try:
+            import torch
+            return torch.cuda.current_device()
+        except Exception:
+            return 0
+    return 0
+
+
+def raw_stats() -> dict:
+    """The library's stats as one dict: settings, entry counters, the CPython
+    side (collections requested by generation, how each was run, every CPython
+    collection seen through gc.callbacks) and one core stats object per
+    device (see core/src/stats.cpp)."""
+    return json.loads(_need().stats_json())
+
+
+def stats() -> dict:
+    """A summary: collections by kind and reason (the policy's), GC seconds,
+    peak and current live/reserved bytes, OOMs, CPython's collections; `raw`
+    holds raw_stats()."""
+    r = raw_stats()
+    devs = r.get("devices", [])
+    kinds = {"minor": 0, "incremental_full": 0, "blocking_full": 0}
+    reasons: dict = {}
+    gc_s = 0.0
+    for d in devs:
+        g = d.get("gc", {})
+        for k, v in g.get("by_kind", {}).items():
+            kinds[k] = kinds.get(k, 0) + v
+        for k, v in g.get("by_reason", {}).items():
+            reasons[k] = reasons.get(k, 0) + v
+        gc_s += g.get("gc_seconds", 0.0)
+    py = r.get("python", {})
+    return {
+        "policy": r.get("settings", {}).get("policy"),
+        "backend": r.get("settings", {}).get("backend"),
+        "collections": kinds,
+        "collections_total": sum(kinds.values()),
+        "by_reason": reasons,
+        "gc_seconds": gc_s,
+        "peak_live_bytes": sum(d["requested"]["peak"] for d in devs),
+        "peak_reserved_bytes": sum(d["reserved"]["peak"] for d in devs),
+        "live_bytes": sum(d["requested"]["current"] for d in devs),
+        "reserved_bytes": sum(d["reserved"]["current"] for d in devs),
+        "hard_limit": sum(d["hard_limit"] for d in devs),
+        "soft_limit": sum(d["soft_limit"] for d in devs),
+        "allocations": sum(d["allocations"] for d in devs),
+        "pool_hits": sum(d["pool_hits"] for d in devs),
+        "ooms": r.get("entries", {}).get("ooms", 0),
+        "python_collections": py.get("python_collections"),
+        "python_gc_seconds": py.get("python_gc_seconds"),
+        "requested_gen": py.get("requested_gen"),
+        "raw": r,
+    }
+
+
+def collect(full: bool = False, device=None) -> None:
+    """A collection now (reason "user"): minor, or the whole heap."""
+    L = _need()
+    L.check(L.c.gcp_torch_collect(_device(device), 1 if full else 0), "collect", L.c)
+
+
+def iteration(device=None) -> None:
+    """Hint: an iteration boundary (few temporaries alive)."""
+    L = _need()
+    L.check(L.c.gcp_torch_iteration(_device(device)), "iteration", L.c)
+
+
+def quiet_moment(device=None) -> None:
+    """Hint: a quiet moment (e.g. after a synchronize)."""
+    L = _need()
+    L.check(L.c.gcp_torch_quiet_moment(_device(device)), "quiet_moment", L.c)
+
+
+def trim(device=None) -> None:
+    """Returns idle cached blocks to the driver (what torch.cuda.empty_cache does)."""
+    L = _need()
+    L.check(L.c.gcp_torch_trim(_device(device)), "trim", L.c)
+
+
+def usage(device=None) -> tuple[int, int]:
+    """(live bytes, reserved bytes) of a device."""
+    L = _need()
+    live, res = ctypes.c_size_t(), ctypes.c_size_t()
+    L.py.gcp_torch_usage(_device(device), ctypes.byref(live), ctypes.byref(res))
+    return live.value, res.value
+
+
+def set_limits(soft: int = 0, hard: int = 0, device=None) -> None:
+    """Limits in bytes (0 leaves one unchanged)."""
+    L = _need()
+    L.check(L.py.gcp_torch_set_limits(_device(device), int(soft), int(hard)), "set_limits")
+
+
+def reset_peaks(device=None) -> None:
+    _need().py.gcp_torch_reset_peaks(_device(device))
