@@ -33,6 +33,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
+#include <vector>
 
 #include "gcpressure/error.hpp"
 
@@ -283,7 +285,7 @@ class pressure_policy final : public gc_policy {
   // Note [Budgets are measured]
   std::size_t young_budget() const {
     const double mem = std::max(opts_.growth * static_cast<double>(live_after_), static_cast<double>(opts_.min_young_bytes));
-    const double time_floor = (c_minor_ > 0 && rate_ > 0) ? c_minor_ * rate_ / opts_.gc_budget : 0;
+    const double time_floor = time_floor_bytes();
     double b = std::max(mem, time_floor) / std::clamp(yield_, 0.25, 1.0);
     const std::size_t soft = alloc_.soft_limit();
     const double head = soft > live_after_ ? static_cast<double>(soft - live_after_) : 0;
@@ -312,6 +314,47 @@ class pressure_policy final : public gc_policy {
     }
   }
 
+  // Note [Minor cost is fixed + per young byte]
+  // A minor collection costs a fixed part (roots, dirty pages, re-protecting
+  // the heap: O(heap) with mprotect dirty bits) plus a part that grows with
+  // the young objects it must mark and sweep. Only the fixed part is
+  // amortised by collecting less often: at allocation rate r and young budget
+  // Y the GC fraction is a*r/Y + b*r. So the time floor is
+  // Y = a*r / (budget - b*r); treating the whole cost as fixed makes Y and the
+  // cost chase each other upwards (seen: 10 ms -> 112 ms minors, 3 -> 188 MiB
+  // budgets). When b*r alone exceeds the budget no young budget can meet it,
+  // and memory, not time, decides.
+  double time_floor_bytes() const {
+    if (rate_ <= 0 || samples_.empty()) return 0;
+    double a, b;
+    fit_cost(&a, &b);
+    const double room = opts_.gc_budget - b * rate_;
+    if (room <= opts_.gc_budget * 0.1) return 0;
+    return a * rate_ / room;
+  }
+
+  // Least squares over the recent (young bytes, seconds) samples.
+  void fit_cost(double* a, double* b) const {
+    const double n = static_cast<double>(samples_.size());
+    double sx = 0, sy = 0, sxx = 0, sxy = 0, ymin = samples_.front().second;
+    for (const auto& [x, y] : samples_) {
+      sx += x;
+      sy += y;
+      sxx += x * x;
+      sxy += x * y;
+      ymin = std::min(ymin, y);
+    }
+    const double den = n * sxx - sx * sx;
+    if (samples_.size() < 3 || den <= 1e-9 * n * sxx) {
+      *a = ymin;  // no spread in young sizes: call the cheapest one fixed
+      *b = 0;
+      return;
+    }
+    *b = std::max(0.0, (n * sxy - sx * sy) / den);
+    *a = std::max(0.0, (sy - *b * sx) / n);
+    if (*b == 0) *a = sy / n;
+  }
+
   void learn(const outcome& o, double* cost) {
     const double interval = std::chrono::duration<double>(clock_type::now() - last_end_).count() - o.seconds;
     if (interval > 0 && o.young_before > 0) {
@@ -326,6 +369,10 @@ class pressure_policy final : public gc_policy {
     if (++cost_samples_ > 1) {
       const double x = *cost > 0 ? std::min(o.seconds, 8 * *cost) : o.seconds;
       *cost = *cost > 0 ? 0.75 * *cost + 0.25 * x : x;
+      if (cost == &c_minor_) {
+        if (samples_.size() == 16) samples_.erase(samples_.begin());
+        samples_.emplace_back(static_cast<double>(o.young_before), x);
+      }
     }
     if (o.young_before > 0) yield_ = std::min(1.0, static_cast<double>(o.reclaimed) / static_cast<double>(o.young_before));
     last_end_ = clock_type::now();
@@ -370,6 +417,7 @@ class pressure_policy final : public gc_policy {
   }
 
   double c_minor_ = 0, c_full_ = 0, rate_ = 0, yield_ = 1.0;
+  std::vector<std::pair<double, double>> samples_;  // (young bytes, seconds) of recent minors
   std::uint64_t cost_samples_ = 0;
   // Quiet-moment bookkeeping: bytes allocated per stretch between hints.
   double stretch_ = 0;
