@@ -106,8 +106,8 @@ class Errors(Base):
 class Lifetimes(Base):
     def test_refcount_frees_at_once(self):
         with gp.Allocator(hard_limit="8MiB") as a:
-            x = a.array((MiB // 4,))
-            self.assertEqual(a.usage()[0], MiB)
+            x = a.array((MiB // 8,))  # 512 KiB: below the policy's smallest young budget (1 MiB)
+            self.assertEqual(a.usage()[0], MiB // 2)
             del x
             a.drain()
             self.assertEqual(a.usage()[0], 0)
@@ -115,10 +115,10 @@ class Lifetimes(Base):
 
     def test_cycles_wait_for_the_collector(self):
         with gp.Allocator(hard_limit="64MiB") as a:
-            for _ in range(4):  # 1 MiB: below the policy's smallest young budget
-                cyclic(a, MiB // 4)
+            for _ in range(4):  # 512 KiB: below the policy's smallest young budget (1 MiB)
+                cyclic(a, MiB // 8)
             a.drain()
-            self.assertEqual(a.usage()[0], MiB)  # refcounting freed nothing
+            self.assertEqual(a.usage()[0], MiB // 2)  # refcounting freed nothing
             gc.collect()
             a.drain()
             self.assertEqual(a.usage()[0], 0)
