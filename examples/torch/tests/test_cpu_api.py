@@ -79,7 +79,10 @@ CASES = {
     # The module: configure(), stats(), usage, limits, user collections by
     # generation, hints, trim; a second configure() is refused.
     "module": """
-        L = gcp.configure(hard_limit="64MiB", backend="host", lib=LIB, host_capacity="256MiB", oom="null")
+        # at_limit: no collection of its own before a failure, so the blocks
+        # below stay until the user collections.
+        L = gcp.configure(hard_limit="64MiB", policy="at_limit", backend="host", lib=LIB,
+                          host_capacity="256MiB", oom="null")
         expect_error(gcp.configure, contains="already configured")
         class B:
             def __init__(s, n):

@@ -47,6 +47,10 @@ p.add_argument("--min-block", type=int, default=256 << 10)
 p.add_argument("--max-block", type=int, default=2 << 20)
 p.add_argument("--keep", type=int, default=3, help="live blocks each thread keeps (besides garbage)")
 p.add_argument("--expect-oom", action="store_true")
+p.add_argument("--max-oom-fraction", type=float, default=0.0,
+               help="failed allocations tolerated (a fraction of all); the default: none")
+p.add_argument("--del-allocates", action="store_true",
+               help="every __del__ also allocates and frees a block (finalizers that allocate, inside collections)")
 p.add_argument("--timeout", type=float, default=150)
 p.add_argument("--seed", type=int, default=1)
 args = p.parse_args()
@@ -66,7 +70,7 @@ MAGIC = 0x5A5A000000000000
 class Stats:
     def __init__(self):
         self.lock = threading.RLock()  # __del__ may run inside a locked section
-        self.allocs = self.ooms = self.corrupt = self.bytes = self.frees = 0
+        self.allocs = self.ooms = self.corrupt = self.bytes = self.frees = self.nested_ooms = 0
         self.with_gil = self.without_gil = 0
         self.errors: list[str] = []
 
@@ -115,6 +119,16 @@ class Block:
         # Half the frees keep the GIL, half let it go in the middle of a
         # collection (other threads run Python code meanwhile).
         (L.py if self.tag & 1 else L.c).gcp_torch_free(p, self.n, 0, None)
+        if args.del_allocates:
+            lib = L.c if self.tag & 2 else L.py
+            q = lib.gcp_torch_alloc(65536, 0, None)
+            if q:
+                lib.gcp_torch_free(q, 65536, 0, None)
+            else:
+                # A finalizer's allocation inside a collection cannot start
+                # another collection; under a tight limit it may fail.
+                with S.lock:
+                    S.nested_ooms += 1
 
 
 def worker(idx: int, done: list):
@@ -170,8 +184,14 @@ for t in threads:
     t.join()
 wall = time.perf_counter() - t0
 
-gc.collect()
-live, reserved = gcp.usage(0)
+# A collection handed to the helper may still be running (requests given up
+# under rule 1 are served late); while it runs, gc.collect() here is a no-op.
+for _ in range(100):
+    gc.collect()
+    live, reserved = gcp.usage(0)
+    if live == 0:
+        break
+    time.sleep(0.02)
 st = gcp.stats()
 raw = st.pop("raw")
 hard = st["hard_limit"]
@@ -180,7 +200,7 @@ summary = {
     "test": "torch_cpu_ctypes", "threads": n_workers, "native_threads": args.native_threads,
     "iters": args.iters, "python_gc": args.python_gc, "handoff": args.handoff, "policy": args.policy,
     "allocs": S.allocs, "allocs_with_gil": S.with_gil, "allocs_without_gil": S.without_gil,
-    "ooms": S.ooms, "native_failures": native_out[0] if native_out else None, "corrupt": S.corrupt,
+    "ooms": S.ooms, "nested_ooms": S.nested_ooms, "native_failures": native_out[0] if native_out else None, "corrupt": S.corrupt,
     "frees": S.frees, "total_bytes": total, "total_over_limit": total / hard if hard else None,
     "live_after": live, "wall_seconds": wall, "main_spins": spins, "errors": S.errors,
     **st,
@@ -199,8 +219,9 @@ if args.expect_oom:
     if S.ooms == 0:
         failures.append("expected out-of-memory failures without collections, got none")
 else:
-    if S.ooms or raw["entries"]["ooms"]:
-        failures.append(f"{S.ooms} allocations failed (library: {raw['entries']['ooms']})")
+    if (S.ooms or raw["entries"]["ooms"] > S.nested_ooms) and S.ooms > args.max_oom_fraction * S.allocs:
+        failures.append(f"{S.ooms} allocations failed (library: {raw['entries']['ooms']}, of which "
+                        f"{S.nested_ooms} by finalizers inside collections)")
     if native_out and native_out[0] != 0:
         failures.append(f"native threads: {native_out[0]} failed or corrupted allocations")
     if total < 20 * hard:

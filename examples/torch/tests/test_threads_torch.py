@@ -98,6 +98,7 @@ def child(args) -> None:
                         counts["cycles_ooms"] += 1
                     i += 1
                     counts["cycles"] = i
+                    time.sleep(args.cycle_pause)  # ~12 GB/s of cyclic garbage, not a flood
                 if s is not None:
                     s.synchronize()
         except BaseException as e:  # noqa: BLE001
@@ -165,9 +166,10 @@ def child(args) -> None:
 
 def main() -> int:
     p = tt.parser()
-    p.set_defaults(steps=200, hard_limit_gib=3.0, timeout=300)
+    p.set_defaults(steps=200, hard_limit_gib=4.0, timeout=300)
     p.add_argument("--cycle-floats", type=int, default=8 << 20, help="the cycles thread's tensors (32 MiB)")
     p.add_argument("--backward-garbage", type=int, default=4 << 20, help="floats left in cycles per backward")
+    p.add_argument("--cycle-pause", type=float, default=0.002, help="seconds between the cycles thread's tensors")
     args = p.parse_args()
     if args.quick:
         args.steps = min(args.steps, 40)
@@ -177,6 +179,7 @@ def main() -> int:
     cm.need_torch_gpu("threads_torch")
     script = os.path.abspath(__file__)
     common = ["--cycle-floats", str(args.cycle_floats), "--backward-garbage", str(args.backward_garbage),
+              "--cycle-pause", str(args.cycle_pause),
               "--steps", str(args.steps), "--batch", str(args.batch), "--inputs", str(args.inputs),
               "--width", str(args.width), "--depth", str(args.depth), "--classes", str(args.classes),
               "--seed", str(args.seed), "--hard-limit-gib", str(args.hard_limit_gib),

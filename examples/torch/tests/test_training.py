@@ -146,7 +146,7 @@ def parser():
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--hard-limit-gib", type=float, default=2.0)
+    p.add_argument("--hard-limit-gib", type=float, default=3.0)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--max-slowdown", type=float, default=0.10)
     p.add_argument("--rtol", type=float, default=1e-6)
