@@ -518,8 +518,14 @@ std::size_t pool_resource::wait_pending() {
   for (auto& [owner, l] : s.lists) {
     if (owner == detail::k_any_stream || l.empty() || l.safe_seq >= s.seq) continue;
     // An event recorded earlier covers only the frees before it: record a
-    // fresh one (stream order makes it complete after the old one).
-    if (l.event_pending) s.ops().release(l.event);
+    // fresh one (stream order makes it complete after the old one). The old
+    // one is forgotten before record(), which may throw cuda_error: the
+    // stream's lists must never keep a released event.
+    if (l.event_pending) {
+      s.ops().release(l.event);
+      l.event = nullptr;
+      l.event_pending = false;
+    }
     l.event = s.ops().record(owner);
     l.event_pending = true;
     l.event_seq = s.seq;
@@ -561,9 +567,15 @@ void pool_resource::forget_stream(stream_ref stream) {
   if (it == s.lists.end() || stream == detail::k_any_stream) return;
   auto& l = it->second;
   if (l.event_pending) s.ops().release(l.event);
+  l.event = nullptr;
   l.event_pending = false;
   event_ref e = s.ops().record(stream);  // the last time the pool touches it
-  s.ops().synchronize(e);
+  try {
+    s.ops().synchronize(e);
+  } catch (...) {
+    s.ops().release(e);  // cuda_error: the stream stays known, the event does not leak
+    throw;
+  }
   s.ops().release(e);
   std::vector<block*> moved(l.small.begin(), l.small.end());
   moved.insert(moved.end(), l.large.begin(), l.large.end());
