@@ -2,7 +2,8 @@
 # Installs the Debian packages gcpressure builds with, when they are missing.
 # CUDA is optional: it is used when /usr/local/cuda/bin/nvcc exists.
 set -euo pipefail
-pkgs=(cmake ninja-build g++ pkg-config libgc-dev libgtest-dev libbenchmark-dev liblua5.4-dev lua5.4 guile-3.0-dev python3-dev)
+pkgs=(cmake ninja-build g++ pkg-config libgc-dev libgtest-dev libbenchmark-dev liblua5.4-dev lua5.4 guile-3.0-dev python3-dev
+      clang libclang-rt-14-dev)  # clang + libFuzzer: the fuzz run of scripts/test.sh
 pkgs+=("$@")
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,220 @@
+// test_soak.cpp — concurrency soak on the Boehm bridge (issue 6; ctest label
+// "soak"): >= 10^6 allocations of GC-owned device buffers from 8 threads
+// registered with Boehm, handles dropped as they go out of a small window,
+// finalizers run by the finalizer thread (and by the policy's collections),
+// collections triggered only by the pressure policy. A watchdog fails the
+// test instead of letting a deadlock hang it. At the end: exact accounting
+// (every block freed exactly once, nothing live), and memory bounded the whole
+// time (peak reserved <= the hard limit; no allocation failed).
+//
+// GCPRESSURE_SOAK_ALLOCS sets the total (default 1000000; 250000 in the
+// sanitizer builds, docs/RELIABILITY.md). The Release CI run does the full
+// 10^6.
+#ifndef GC_THREADS
+#define GC_THREADS 1
+#endif
+#include <gc/gc.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "gcpressure/boehm.hpp"
+#include "gcpressure/error.hpp"
+#include "reliability_support.hpp"
+
+namespace gcp = gcpressure;
+namespace gb = gcpressure::boehm;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::size_t KiB = 1024, MiB = 1024 * KiB;
+
+class boehm_env : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    gb::runtime_options o;
+    o.incremental = true;
+    o.finalizer_thread = true;
+    gb::init(o);
+  }
+};
+[[maybe_unused]] auto* const g_env = ::testing::AddGlobalTestEnvironment(new boehm_env);
+
+// Overwrites dead stack below the caller so that stale handle pointers there
+// do not keep handles alive (Note [Exact accounting under a conservative
+// collector] in tests/test_boehm.cpp).
+[[gnu::noinline]] void clear_stack() {
+  volatile char buf[256 * 1024];
+  std::memset(const_cast<char*>(buf), 0, sizeof buf);
+  asm volatile("" ::: "memory");
+}
+
+struct thread_stats {
+  std::uint64_t allocs = 0, unsafe_frees = 0, ooms = 0, other_errors = 0, bad_data = 0;
+};
+
+// One soak thread: a window of live handles on this registered thread's stack
+// (a GC root); each new handle replaces one, dropping it.
+[[gnu::noinline]] void soak_thread(gb::device_heap& h, int seed, std::uint64_t n, thread_stats& st,
+                                   std::atomic<std::uint64_t>& progress) {
+  gb::thread_scope reg;
+  constexpr int window = 8;
+  gb::buffer* live[window] = {};
+  unsigned char stamp[window] = {};
+  gcp_rel::rng r(static_cast<std::uint64_t>(seed));
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const auto k = r.below(1000);
+    std::size_t bytes;
+    if (k < 600) bytes = 256 + r.below(8 * KiB);
+    else if (k < 990) bytes = 8 * KiB + r.below(120 * KiB);
+    else bytes = 256 * KiB + r.below(768 * KiB);
+    gb::buffer* b = nullptr;
+    try {
+      b = h.alloc(bytes);
+    } catch (const gcp::out_of_memory&) {
+      ++st.ooms;
+      continue;
+    } catch (...) {
+      ++st.other_errors;
+      continue;
+    }
+    ++st.allocs;
+    const int slot = static_cast<int>(i % window);
+    // The handle being replaced still holds what this thread wrote into it.
+    if (live[slot] && gb::device_heap::is_live(live[slot])) {
+      const auto* d = static_cast<const unsigned char*>(gb::device_heap::data(live[slot]));
+      if (d[0] != stamp[slot]) ++st.bad_data;
+      if (r.below(16) == 0) {
+        h.unsafe_free(live[slot]);
+        ++st.unsafe_frees;
+      }
+    }
+    stamp[slot] = static_cast<unsigned char>(i * 31 + static_cast<unsigned>(seed));
+    static_cast<unsigned char*>(gb::device_heap::data(b))[0] = stamp[slot];
+    live[slot] = b;  // the previous occupant is dropped
+    if (i % 64 == 0) h.quiet_moment();
+    if (i % 1024 == 0) progress.fetch_add(1024, std::memory_order_relaxed);
+  }
+  for (auto*& b : live) b = nullptr;
+  clear_stack();
+}
+
+bool settle(gb::device_heap& h, const std::function<bool()>& done, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    h.gc().run_finalizers();
+    h.allocator().drain();
+    if (done()) return true;
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+}
+
+[[gnu::noinline]] void full_collect(gb::device_heap& h) {
+  clear_stack();
+  h.collect(gcp::gc_kind::blocking_full);
+}
+
+}  // namespace
+
+TEST(Soak, MillionAllocationsFromEightRegisteredThreads) {
+  const std::uint64_t total = gcp_rel::env_count("GCPRESSURE_SOAK_ALLOCS", gcp_rel::scaled(1000000, 250000));
+  constexpr int threads = 8;
+  const std::uint64_t per = (total + threads - 1) / threads;
+  const std::size_t hard = 64 * MiB;
+
+  gcp::allocator_options o;
+  o.backend = gcp::backend_kind::host;
+  o.host_capacity = std::size_t{1} << 30;
+  o.hard_limit.bytes = hard;
+  o.soft_limit.bytes = 48 * MiB;
+  gb::device_heap h(o, "pressure");
+  gcp_rel::misuse_counter misuse;
+
+  thread_stats st[threads];
+  std::atomic<std::uint64_t> progress{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    gcp_rel::watchdog dog(std::chrono::seconds(gcp_rel::env_count("GCPRESSURE_SOAK_WATCHDOG_S", 300)),
+                          "soak: 8 registered threads allocating");
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t) ts.emplace_back([&, t] { soak_thread(h, t + 1, per, st[t], progress); });
+    // Progress notes for the watchdog's message.
+    std::atomic<bool> done{false};
+    std::thread reporter([&] {
+      while (!done.load()) {
+        const auto s = h.stats();
+        dog.note(std::to_string(progress.load()) + " allocations, live " + std::to_string(s.requested.current) +
+                 ", reserved " + std::to_string(s.reserved.current) + ", collections " +
+                 std::to_string(s.gc.by_kind[0] + s.gc.by_kind[1] + s.gc.by_kind[2]));
+        std::this_thread::sleep_for(100ms);
+      }
+    });
+    for (auto& t : ts) t.join();
+    done = true;
+    reporter.join();
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  thread_stats sum;
+  for (const auto& s : st) {
+    sum.allocs += s.allocs;
+    sum.unsafe_frees += s.unsafe_frees;
+    sum.ooms += s.ooms;
+    sum.other_errors += s.other_errors;
+    sum.bad_data += s.bad_data;
+  }
+  const auto during = h.stats();
+
+  // Exact accounting: full collections until every dropped handle is
+  // finalized. A conservative collector may keep a handle through a stale
+  // stack word once; three full collections must do.
+  int fulls = 0;
+  bool zero = false;
+  {
+    gcp_rel::watchdog dog(60s, "soak: final collections");
+    for (fulls = 1; fulls <= 3 && !zero; ++fulls) {
+      full_collect(h);
+      zero = settle(h, [&] { return h.allocator().live_bytes() == 0; }, 2000ms);
+    }
+  }
+  h.allocator().trim();
+  const auto s = h.stats();
+  std::printf("[ soak ] %llu allocations (%llu unsafe_free) from %d threads in %.2f s (%.0f/s); collections: minor %llu, "
+              "incremental full %llu, blocking full %llu (by reason: early %llu, quiet %llu, ladder %llu); "
+              "finalized %llu; gc %.2f s, longest pause %.2f ms; peak live %.1f MiB, peak reserved %.1f MiB "
+              "(hard limit %.0f MiB); OOMs %llu\n",
+              (unsigned long long)sum.allocs, (unsigned long long)sum.unsafe_frees, threads, seconds,
+              static_cast<double>(sum.allocs) / seconds, (unsigned long long)during.gc.by_kind[0],
+              (unsigned long long)during.gc.by_kind[1], (unsigned long long)during.gc.by_kind[2],
+              (unsigned long long)during.gc.by_reason[0], (unsigned long long)during.gc.by_reason[1],
+              (unsigned long long)during.gc.by_reason[2], (unsigned long long)s.gc.finalized, during.gc.gc_seconds,
+              during.gc.longest_pause_seconds * 1e3, static_cast<double>(s.requested.peak) / MiB,
+              static_cast<double>(s.reserved.peak) / MiB, static_cast<double>(hard) / MiB,
+              (unsigned long long)sum.ooms);
+
+  EXPECT_GE(sum.allocs + sum.ooms, total);
+  EXPECT_EQ(sum.other_errors, 0u);
+  EXPECT_EQ(sum.bad_data, 0u) << "a live handle's memory was changed by someone else";
+  EXPECT_EQ(sum.ooms, 0u) << "memory was not kept bounded below the limit by collections";
+  EXPECT_GT(during.gc.by_reason[static_cast<int>(gcp::gc_reason::early)], 0u) << "no pressure-triggered collection";
+  EXPECT_LE(static_cast<std::size_t>(s.reserved.peak), hard) << "peak reserved above the hard limit";
+  EXPECT_TRUE(zero) << "device bytes still live after 3 full collections: " << s.requested.current;
+  EXPECT_EQ(s.requested.current, 0);
+  EXPECT_EQ(s.active_blocks.current, 0);
+  EXPECT_EQ(s.allocations, sum.allocs);
+  EXPECT_EQ(s.frees, s.allocations) << "every block freed exactly once";
+  EXPECT_EQ(h.allocator().deferred().pushed(), sum.allocs - sum.unsafe_frees) << "each dropped handle finalized once";
+  EXPECT_EQ(s.deferred_pending, 0u);
+  EXPECT_EQ(s.misuse_errors, 0u);
+  EXPECT_EQ(misuse.count(), 0) << misuse.last();
+  EXPECT_EQ(s.reserved.current, 0) << "trim left reserved bytes";
+}
