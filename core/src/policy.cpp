@@ -32,6 +32,7 @@
 #include "gcpressure/policy.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <utility>
 #include <vector>
@@ -301,16 +302,20 @@ class pressure_policy final : public gc_policy {
     if (live > a.soft_limit()) return true;
     if (reserved > a.hard_limit() / 20 * 19) return true;
     // Free device memory (other processes count): refreshed at collections.
-    const std::size_t grown = reserved > reserved_at_refresh_ ? reserved - reserved_at_refresh_ : 0;
-    return device_free_ > 0 && grown + device_free_ / 10 > device_free_;
+    // Read without the collection lock by threads that wait for another's
+    // collection (Note [Concurrent allocators]): relaxed atomics.
+    const std::size_t at_refresh = reserved_at_refresh_.load(std::memory_order_relaxed);
+    const std::size_t free_then = device_free_.load(std::memory_order_relaxed);
+    const std::size_t grown = reserved > at_refresh ? reserved - at_refresh : 0;
+    return free_then > 0 && grown + free_then / 10 > free_then;
   }
 
   void refresh_device() {
     try {
-      device_free_ = alloc_.device_memory().free;
-      reserved_at_refresh_ = alloc_.reserved_bytes();
+      device_free_.store(alloc_.device_memory().free, std::memory_order_relaxed);
+      reserved_at_refresh_.store(alloc_.reserved_bytes(), std::memory_order_relaxed);
     } catch (...) {
-      device_free_ = 0;
+      device_free_.store(0, std::memory_order_relaxed);
     }
   }
 
@@ -423,7 +428,7 @@ class pressure_policy final : public gc_policy {
   double stretch_ = 0;
   std::size_t young_at_quiet_ = 0, collected_since_quiet_ = 0;
   std::size_t live_after_ = 0, old_ = 0, floor_ = 0;
-  std::size_t device_free_ = 0, reserved_at_refresh_ = 0;
+  std::atomic<std::size_t> device_free_{0}, reserved_at_refresh_{0};
   clock_type::time_point last_end_;
 };
 
