@@ -12,6 +12,7 @@
 // pool_resource calls and never across a hook call.
 #include "gcpressure/allocator.hpp"
 
+#include <algorithm>
 #include <sstream>
 #include <unordered_map>
 
@@ -86,27 +87,22 @@ allocator_options allocator_options::from_config(const config& c) {
 
 device_allocator::device_allocator(allocator_options opts) : opts_(opts) {
   owned_upstream_ = make_resource(opts_);
-  upstream_ = owned_upstream_.get();
-  const std::size_t total = upstream_->memory_info().total;
-  std::size_t hard = opts_.hard_limit.is_set() ? opts_.hard_limit.resolve(total) : total;
-  std::size_t soft = opts_.soft_limit.is_set() ? opts_.soft_limit.resolve(total) : hard / 4 * 3;
-  GCPRESSURE_EXPECTS(hard > 0, "device_allocator: the hard limit resolves to 0 bytes");
-  if (soft > hard) soft = hard;
-  limiter_ = std::make_unique<limiting_adaptor>(*upstream_, hard);
-  soft_limit_.store(soft);
-  if (opts_.pool) pool_ = std::make_unique<pool_resource>(*limiter_, opts_.pool_opts);
-  else nopool_ = std::make_unique<nopool_table>();
+  build_stack(*owned_upstream_);
 }
 
 device_allocator::device_allocator(device_resource& upstream, allocator_options opts) : opts_(opts) {
+  build_stack(upstream);
+}
+
+// upstream → limiting adaptor (hard limit, resolved against the device) → pool.
+void device_allocator::build_stack(device_resource& upstream) {
   upstream_ = &upstream;
   const std::size_t total = upstream_->memory_info().total;
-  std::size_t hard = opts_.hard_limit.is_set() ? opts_.hard_limit.resolve(total) : total;
-  std::size_t soft = opts_.soft_limit.is_set() ? opts_.soft_limit.resolve(total) : hard / 4 * 3;
+  const std::size_t hard = opts_.hard_limit.is_set() ? opts_.hard_limit.resolve(total) : total;
+  const std::size_t soft = opts_.soft_limit.is_set() ? opts_.soft_limit.resolve(total) : hard / 4 * 3;
   GCPRESSURE_EXPECTS(hard > 0, "device_allocator: the hard limit resolves to 0 bytes");
-  if (soft > hard) soft = hard;
   limiter_ = std::make_unique<limiting_adaptor>(*upstream_, hard);
-  soft_limit_.store(soft);
+  soft_limit_.store(std::min(soft, hard));
   if (opts_.pool) pool_ = std::make_unique<pool_resource>(*limiter_, opts_.pool_opts);
   else nopool_ = std::make_unique<nopool_table>();
 }

@@ -121,6 +121,7 @@ class device_allocator {
 
  private:
   device_resource& top() noexcept;
+  void build_stack(device_resource& upstream);
   void* try_allocate(std::size_t bytes, stream_ref stream);
   void account_free(std::size_t requested, std::size_t rounded) noexcept;
   [[noreturn]] void throw_oom(std::size_t bytes, const std::string& tried, const char* cause);
