@@ -247,7 +247,7 @@ gcp::fault_schedule schedule_for(fault_mode m, std::uint64_t seed, bool pool) {
       s.cuda_error_fraction = 0.3;
       break;
     case fault_mode::byte_budget:  // the pool asks the upstream far less often
-      s.byte_budget = pool ? 80 * MiB : 256 * MiB;
+      s.byte_budget = pool ? 64 * MiB : 256 * MiB;
       break;
     case fault_mode::stream_ops: s.stream_op_probability = 0.05; break;
     case fault_mode::everything:
