@@ -45,7 +45,9 @@ export TSAN_OPTIONS="suppressions=$PWD/tests/reliability/tsan.supp:halt_on_error
 ctest --test-dir build/tsan --output-on-failure -j"$jobs" -LE 'boehm|c_api'
 
 echo "=== libFuzzer: the C API under ASan/UBSan (clang), 60 s"
-if command -v clang++ >/dev/null && clang++ -fsanitize=fuzzer -x c++ /dev/null -o /dev/null 2>/dev/null; then
+probe=$(mktemp -d)
+printf 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }\n' >"$probe/p.cpp"
+if command -v clang++ >/dev/null && clang++ -fsanitize=fuzzer "$probe/p.cpp" -o "$probe/p" 2>/dev/null; then
   CC=clang CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGCPRESSURE_FUZZ=ON \
     -DGCPRESSURE_SANITIZE=address,undefined -DGCPRESSURE_WITH_CUDA=OFF -DGCPRESSURE_BUILD_BENCH=OFF \
     -DGCPRESSURE_BUILD_EXAMPLES=OFF >/dev/null
