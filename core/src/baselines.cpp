@@ -42,7 +42,7 @@ class every_iteration_policy final : public gc_policy {
     if (opts_.every_n_allocations) return;
     if (++count_ % static_cast<std::uint64_t>(opts_.every_n) == 0) run_collection(gc_kind::blocking_full, gc_reason::baseline);
   }
-  void quiet_moment() override {}
+  void quiet_moment(bool) override {}
 
  private:
   std::atomic<std::uint64_t> count_{0};
@@ -59,7 +59,7 @@ class cudajl_policy final : public gc_policy {
   cudajl_policy(device_allocator& a, collector& c, policy_options o) : gc_policy(a, c, o) { last_ = clock_type::now(); }
   const char* name() const noexcept override { return "cudajl"; }
   void before_allocate(device_allocator& a, std::size_t bytes, stream_ref) override { maybe_collect(a, bytes, false); }
-  void quiet_moment() override { maybe_collect(alloc_, 0, true); }
+  void quiet_moment(bool) override { maybe_collect(alloc_, 0, true); }
 
  private:
   void maybe_collect(device_allocator& a, std::size_t bytes, bool will_block) {

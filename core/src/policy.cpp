@@ -43,8 +43,19 @@ namespace gcpressure {
 
 namespace {
 using clock_type = std::chrono::steady_clock;
-double since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
+
+class steady_source final : public clock_source {
+ public:
+  double now() const noexcept override {
+    return std::chrono::duration<double>(clock_type::now().time_since_epoch()).count();
+  }
+};
 }  // namespace
+
+const clock_source& steady_clock_source() noexcept {
+  static const steady_source s;
+  return s;
+}
 
 policy_options policy_options::from_config(const config& c) {
   policy_options o;
@@ -55,7 +66,12 @@ policy_options policy_options::from_config(const config& c) {
 }
 
 gc_policy::gc_policy(device_allocator& a, collector& c, policy_options o)
-    : alloc_(a), gc_(c), opts_(o), start_(clock_type::now()) {
+    : alloc_(a),
+      gc_(c),
+      opts_(o),
+      clock_(o.clock ? o.clock : &steady_clock_source()),
+      start_(clock_->now()),
+      counters0_(c.counters()) {
   GCPRESSURE_EXPECTS(o.gc_budget > 0 && o.gc_budget <= 1, "policy_options.gc_budget must be in (0, 1]");
   GCPRESSURE_EXPECTS(o.every_n >= 1, "policy_options.every_n must be >= 1");
   a.set_hook(this);
@@ -65,7 +81,7 @@ gc_policy::~gc_policy() {
   if (alloc_.hook() == this) alloc_.set_hook(nullptr);
 }
 
-double gc_policy::wall_seconds() const noexcept { return since(start_); }
+double gc_policy::wall_seconds() const noexcept { return clock_->now() - start_; }
 
 void gc_policy::record(gc_kind kind, gc_reason reason, const outcome& o, double pause) {
   std::lock_guard<std::mutex> lk(stats_mu_);
@@ -90,7 +106,52 @@ struct collecting_scope {
   collecting_scope() { ++t_collecting; }
   ~collecting_scope() { --t_collecting; }
 };
+
+// The probe collections on this thread are measured against (innermost).
+thread_local gc_policy::device_probe* t_probe = nullptr;
 }  // namespace
+
+// Note [Exposed GC time]
+// A collection costs the user only the part of it during which the host
+// would otherwise have been working. When the host collects while the device
+// still runs work queued before the collection (at a synchronize, or when the
+// host ran ahead of the device), that part is free. The probe records an
+// event on the stream when it is made; after each collection (or slice) the
+// policy asks whether it has completed. Still busy: the whole collection was
+// hidden (exact). Completed: the device finished somewhere inside it, and the
+// whole collection is counted as exposed — an upper bound, as tight as the
+// slices are short. Without a probe (no stream known) everything is exposed.
+gc_policy::device_probe::device_probe(gc_policy& p, stream_ref stream) : p_(p), prev_(t_probe) {
+  try {
+    ops_ = &p.alloc_.streams();
+    event_ = ops_->record(stream);
+  } catch (...) {
+    ops_ = nullptr;  // no event: every collection under this probe counts as exposed
+    event_ = nullptr;
+  }
+  t_probe = this;
+}
+
+gc_policy::device_probe::~device_probe() {
+  t_probe = prev_;
+  if (ops_ && event_) ops_->release(event_);
+}
+
+bool gc_policy::device_probe::busy() {
+  if (done_ || !ops_ || !event_) return false;
+  try {
+    done_ = ops_->query(event_);
+  } catch (...) {
+    done_ = true;
+  }
+  return !done_;
+}
+
+void gc_policy::account_exposure(double seconds) {
+  const bool hidden = t_probe && &t_probe->p_ == this && t_probe->busy();
+  std::lock_guard<std::mutex> lk(stats_mu_);
+  (hidden ? stats_.hidden_gc_seconds : stats_.exposed_gc_seconds) += seconds;
+}
 
 gc_policy::outcome gc_policy::run_collection(gc_kind kind, gc_reason reason) {
   outcome o;
@@ -103,8 +164,7 @@ gc_policy::outcome gc_policy::run_collection(gc_kind kind, gc_reason reason) {
   alloc_.drain();  // frees already queued are not this collection's work
   o.young_before = alloc_.since_mark();
   const std::size_t before = alloc_.live_bytes();
-  const auto t0 = clock_type::now();
-  double pause;
+  const double t0 = now();
   if (kind == gc_kind::minor && gc_.minor_is_whole_heap()) kind = gc_kind::blocking_full;
   switch (kind) {
     case gc_kind::minor: gc_.collect_minor(); break;
@@ -116,54 +176,71 @@ gc_policy::outcome gc_policy::run_collection(gc_kind kind, gc_reason reason) {
       full_active_ = false;
       break;
   }
-  pause = since(t0);
+  const double pause = now() - t0;
   gc_.run_finalizers();
   alloc_.drain();
-  o.seconds = since(t0);
+  o.seconds = now() - t0;
   o.live_after = alloc_.live_bytes();
   o.reclaimed = before > o.live_after ? before - o.live_after : 0;
   alloc_.mark();
+  account_exposure(o.seconds);
+  if (kind == gc_kind::incremental_full) {
+    std::lock_guard<std::mutex> s(stats_mu_);
+    stats_.blocking_cycles++;  // finished in one go: a blocking collection
+  }
   record(kind, reason, o, pause);
   return o;
 }
 
-bool gc_policy::step_full_cycle(gc_reason reason, outcome* out) {
+bool gc_policy::step_full_cycle(gc_reason reason, outcome* out, bool back_to_back) {
   if (t_collecting) {
     if (out) out->live_after = alloc_.live_bytes();
     return true;  // the outer collection does the work
   }
   collecting_scope scope;
   std::lock_guard<std::recursive_timed_mutex> lk(collect_mu_);
-  const auto t0 = clock_type::now();
+  const double t0 = now();
   if (!full_active_) {
     alloc_.drain();
     full_live_before_ = alloc_.live_bytes();
     full_young_before_ = alloc_.since_mark();
     full_seconds_ = 0;
+    full_run_ = 0;
+    full_blocking_ = false;
     full_active_ = true;
     gc_.start_full();
   }
   const bool done = gc_.step_full(opts_.slice_seconds);
-  const double slice = since(t0);
+  const double slice = now() - t0;
   full_seconds_ += slice;
+  // Note [A cycle run back to back is blocking]: slices run one after the
+  // other (memory is needed now) are one pause, the sum of those slices.
+  full_run_ = back_to_back ? full_run_ + slice : slice;
+  if (back_to_back) full_blocking_ = true;
+  account_exposure(slice);
   {
     std::lock_guard<std::mutex> s(stats_mu_);
     stats_.incremental_slices++;
-    stats_.longest_pause_seconds = std::max(stats_.longest_pause_seconds, slice);
+    stats_.longest_pause_seconds = std::max(stats_.longest_pause_seconds, full_run_);
     stats_.gc_seconds += slice;  // counted as it happens so that pacing sees it
   }
   if (!done) return false;
   full_active_ = false;
-  const auto t1 = clock_type::now();
+  const double t1 = now();
   gc_.run_finalizers();
   alloc_.drain();
   outcome o;
   o.young_before = full_young_before_;
   o.live_after = alloc_.live_bytes();
   o.reclaimed = full_live_before_ > o.live_after ? full_live_before_ - o.live_after : 0;
-  const double fin = since(t1);
+  const double fin = now() - t1;
+  account_exposure(fin);
   o.seconds = fin;  // slices are already in gc_seconds
   alloc_.mark();
+  if (full_blocking_) {
+    std::lock_guard<std::mutex> s(stats_mu_);
+    stats_.blocking_cycles++;
+  }
   record(gc_kind::incremental_full, reason, o, 0);
   o.seconds = full_seconds_ + fin;
   if (out) *out = o;
@@ -172,12 +249,88 @@ bool gc_policy::step_full_cycle(gc_reason reason, outcome* out) {
 
 void gc_policy::collect(gc_kind kind) { run_collection(kind, gc_reason::user); }
 
+void gc_policy::before_block(const std::function<bool()>&) { quiet_moment(true); }
+
+// Note [Collect in the device's time]
+// A GPU-bound loop's host spends most of each iteration waiting for the
+// device. Collection work done in that wait costs nothing. synchronize()
+// records an event (everything queued so far), lets the policy run what is
+// due while the event is pending (before_block), then blocks on the event.
+// The slack — time from the call until the device was seen done, when no
+// collection ran — is smoothed (0.75/0.25) and tells the policy how much
+// work fits. A sync during which collections ran gives a censored sample
+// (the device was busy at least that long): it only raises the estimate.
+void gc_policy::synchronize(stream_ref stream) {
+  stream_ops& ops = alloc_.streams();
+  if (t_collecting) {  // from inside a collection: only wait
+    event_ref e = ops.record(stream);
+    struct rel {
+      stream_ops& o;
+      event_ref e;
+      ~rel() { o.release(e); }
+    } r{ops, e};
+    ops.synchronize(e);
+    return;
+  }
+  const double t0 = now();
+  double sample = -1;
+  bool censored = false;
+  {
+    device_probe probe(*this, stream);
+    if (probe.busy()) {
+      collection_stats before;
+      fill_stats(before);
+      {
+        std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
+        if (lk.owns_lock()) before_block([&probe] { return probe.busy(); });
+      }
+      collection_stats after;
+      fill_stats(after);
+      const bool collected = after.gc_seconds > before.gc_seconds;
+      const double t1 = now();
+      if (!collected) {
+        if (probe.event_) ops.synchronize(probe.event_);
+        sample = now() - t0;
+      } else {
+        censored = true;
+        const bool still = probe.busy();
+        if (probe.event_) ops.synchronize(probe.event_);
+        sample = still ? now() - t0 : t1 - t0;  // busy through the collection: at least this much slack
+      }
+      std::lock_guard<std::mutex> s(stats_mu_);
+      stats_.sync_wait_seconds += now() - t1;
+    } else {
+      sample = 0;  // the device was already done: no slack
+    }
+  }
+  std::lock_guard<std::mutex> s(stats_mu_);
+  stats_.syncs++;
+  if (sample >= 0) {
+    if (censored && sample < slack_) {
+      // a censored sample never lowers the estimate
+    } else {
+      slack_ = stats_.syncs == 1 ? sample : 0.75 * slack_ + 0.25 * sample;
+    }
+    stats_.slack_seconds = slack_;
+  }
+}
+
+double gc_policy::slack_estimate() const noexcept {
+  std::lock_guard<std::mutex> s(stats_mu_);
+  return slack_;
+}
+
+std::uint64_t gc_policy::sync_count() const noexcept {
+  std::lock_guard<std::mutex> s(stats_mu_);
+  return stats_.syncs;
+}
+
 bool gc_policy::reclaim(device_allocator&, ladder_step step) {
   switch (step) {
     case ladder_step::finish_and_drain: {
       std::lock_guard<std::recursive_timed_mutex> lk(collect_mu_);
       if (full_active_) {
-        while (!step_full_cycle(gc_reason::ladder, nullptr)) {
+        while (!step_full_cycle(gc_reason::ladder, nullptr, true)) {
         }
       } else {
         run_collection(gc_kind::minor, gc_reason::ladder);
@@ -193,11 +346,22 @@ bool gc_policy::reclaim(device_allocator&, ladder_step step) {
 }
 
 void gc_policy::fill_stats(collection_stats& out) const {
+  const collector_counters c = gc_.counters();
   std::lock_guard<std::mutex> lk(stats_mu_);
   out = stats_;
   out.policy = name();
   out.finalized = alloc_.deferred().pushed();
   out.reclaimed_per_collection = collections_ ? static_cast<double>(stats_.reclaimed_bytes) / collections_ : 0;
+  auto delta = [](auto now, auto then) { return now > then ? now - then : decltype(now){}; };
+  out.runtime_collections = delta(c.own_collections, counters0_.own_collections);
+  out.runtime_full_collections = delta(c.own_full_collections, counters0_.own_full_collections);
+  out.runtime_gc_seconds = delta(c.own_seconds, counters0_.own_seconds);
+  out.runtime_seconds_exact = c.own_seconds_exact;
+  out.collector_collections = delta(c.collections, counters0_.collections);
+  out.gc_seconds_all = out.gc_seconds + out.runtime_gc_seconds;
+  // The runtime's own collections ran inside its allocator, on the critical
+  // path as far as anyone can tell: all exposed.
+  out.exposed_gc_seconds += out.runtime_gc_seconds;
 }
 
 // --- the pressure policy -------------------------------------------------------
@@ -207,7 +371,7 @@ namespace {
 class pressure_policy final : public gc_policy {
  public:
   pressure_policy(device_allocator& a, collector& c, policy_options o) : gc_policy(a, c, o) {
-    last_end_ = clock_type::now();
+    last_end_ = now();
   }
   const char* name() const noexcept override { return "pressure"; }
 
@@ -243,7 +407,8 @@ class pressure_policy final : public gc_policy {
     }
   }
 
-  void quiet_moment() override {
+  void quiet_moment(bool will_block) override {
+    (void)will_block;
     std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
     if (!lk.owns_lock()) return;
     if (full_cycle_active()) {
@@ -361,7 +526,7 @@ class pressure_policy final : public gc_policy {
   }
 
   void learn(const outcome& o, double* cost) {
-    const double interval = std::chrono::duration<double>(clock_type::now() - last_end_).count() - o.seconds;
+    const double interval = now() - last_end_ - o.seconds;
     if (interval > 0 && o.young_before > 0) {
       const double r = static_cast<double>(o.young_before) / interval;
       rate_ = rate_ > 0 ? 0.75 * rate_ + 0.25 * r : r;
@@ -380,7 +545,7 @@ class pressure_policy final : public gc_policy {
       }
     }
     if (o.young_before > 0) yield_ = std::min(1.0, static_cast<double>(o.reclaimed) / static_cast<double>(o.young_before));
-    last_end_ = clock_type::now();
+    last_end_ = now();
     live_after_ = o.live_after;
     refresh_device();
   }
@@ -395,7 +560,7 @@ class pressure_policy final : public gc_policy {
     // The cycle's cost is learned separately: it must not inflate c_minor.
     const double interval_cost = o.seconds;
     c_full_ = c_full_ > 0 ? 0.75 * c_full_ + 0.25 * interval_cost : interval_cost;
-    last_end_ = clock_type::now();
+    last_end_ = now();
     live_after_ = o.live_after;
     old_ = floor_ = o.live_after;
     refresh_device();
@@ -429,7 +594,7 @@ class pressure_policy final : public gc_policy {
   std::size_t young_at_quiet_ = 0, collected_since_quiet_ = 0;
   std::size_t live_after_ = 0, old_ = 0, floor_ = 0;
   std::atomic<std::size_t> device_free_{0}, reserved_at_refresh_{0};
-  clock_type::time_point last_end_;
+  double last_end_ = 0;
 };
 
 }  // namespace

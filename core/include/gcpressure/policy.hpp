@@ -13,11 +13,13 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 
 #include "gcpressure/allocator.hpp"
+#include "gcpressure/clock.hpp"
 #include "gcpressure/collector.hpp"
 
 namespace gcpressure {
@@ -31,6 +33,8 @@ struct policy_options {
   double growth = 1.0;                 // young budget as a multiple of the live set left by the last collection
   std::size_t min_young_bytes = std::size_t{1} << 20;  // never collect more often than every 1 MiB
   bool verbose = false;
+  // Time source (not owned; must outlive the policy). nullptr: steady clock.
+  const clock_source* clock = nullptr;
 
   static policy_options from_config(const config& c);
 };
@@ -44,10 +48,42 @@ class gc_policy : public allocation_hook {
 
   virtual const char* name() const noexcept = 0;
 
-  // The runtime's hints. quiet_moment(): few temporaries are alive (a stream
-  // or device synchronize). iteration(): an iteration boundary (also quiet).
-  virtual void quiet_moment() {}
+  // The runtime's hints. quiet_moment(): few temporaries are alive.
+  // will_block: the host is about to wait for the device (CUDA.jl's
+  // maybe_collect(will_block=true)); a runtime that can route its stream
+  // synchronizes through synchronize() should do that instead.
+  // iteration(): an iteration boundary (also quiet).
+  // Thread-safe; not from a finalizer.
+  virtual void quiet_moment(bool will_block = false) { (void)will_block; }
   virtual void iteration() { quiet_moment(); }
+
+  // The host is about to wait for all work queued on `stream` so far. Runs
+  // collection work that is due while that work is still running, in bounded
+  // slices, polling the stream between them, and only then blocks until it
+  // has completed (Note [Collect in the device's time]). Measures the slack:
+  // how long the device still worked after the host had nothing left to do.
+  // Thread-safe; not from a finalizer or a collection (then it only blocks).
+  void synchronize(stream_ref stream);
+
+  // While alive, collections run on this thread are checked against an event
+  // recorded on `stream` now: a collection after which the device is still
+  // busy overlapped device work entirely (hidden); otherwise it is exposed.
+  class device_probe {
+   public:
+    device_probe(gc_policy& p, stream_ref stream);
+    ~device_probe();
+    device_probe(const device_probe&) = delete;
+    device_probe& operator=(const device_probe&) = delete;
+    bool busy();
+
+   private:
+    friend class gc_policy;
+    gc_policy& p_;
+    stream_ops* ops_ = nullptr;
+    event_ref event_ = nullptr;
+    device_probe* prev_ = nullptr;
+    bool done_ = false;
+  };
 
   // A collection the user asked for (reason "user"): runs it, its finalizers
   // and the drain.
@@ -61,6 +97,7 @@ class gc_policy : public allocation_hook {
   collector& gc() noexcept { return gc_; }
   const policy_options& options() const noexcept { return opts_; }
   double wall_seconds() const noexcept;
+  double now() const noexcept { return clock_->now(); }
 
  protected:
   struct outcome {
@@ -75,9 +112,23 @@ class gc_policy : public allocation_hook {
   outcome run_collection(gc_kind kind, gc_reason reason);
   // Advances the incremental whole-heap cycle by one slice; starts it if
   // needed. Returns true (with `out` filled) when the cycle completed.
-  bool step_full_cycle(gc_reason reason, outcome* out);
+  // back_to_back: this slice follows the previous one at once because memory
+  // is needed now; such a run is one blocking pause (counted in
+  // blocking_cycles, its pause the sum of the slices).
+  bool step_full_cycle(gc_reason reason, outcome* out, bool back_to_back = false);
   bool full_cycle_active() const noexcept { return full_active_; }
   void record(gc_kind kind, gc_reason reason, const outcome& o, double pause);
+
+  // Called by synchronize() while the device is still busy, with the
+  // collection lock held: the policy runs the work it wants done before the
+  // host blocks. `device_busy()` polls the stream (cheap). Default:
+  // quiet_moment(true). Collections run from here are measured as hidden
+  // while the device stays busy (Note [Exposed GC time]).
+  virtual void before_block(const std::function<bool()>& device_busy);
+  // The smoothed slack at syncs (0 until measured) and how many were seen.
+  double slack_estimate() const noexcept;
+  std::uint64_t sync_count() const noexcept;
+
 
   device_allocator& alloc_;
   collector& gc_;
@@ -87,15 +138,23 @@ class gc_policy : public allocation_hook {
   std::recursive_timed_mutex collect_mu_;
 
  private:
+  void account_exposure(double seconds);
+
+  const clock_source* clock_;
   mutable std::mutex stats_mu_;
   collection_stats stats_;
   std::uint64_t collections_ = 0;
-  std::chrono::steady_clock::time_point start_;
+  double start_;
+  collector_counters counters0_;  // the collector's counters when the policy was made
+  double slack_ = 0;              // guarded by stats_mu_
+
   // Incremental whole-heap cycle state (guarded by collect_mu_).
   bool full_active_ = false;
   double full_seconds_ = 0;
   std::size_t full_live_before_ = 0;
   std::size_t full_young_before_ = 0;
+  double full_run_ = 0;        // length of the current run of back-to-back slices
+  bool full_blocking_ = false;  // some slices of this cycle ran back to back
 };
 
 // Creates a policy by name: pressure | at_limit | every_iteration | cudajl |

@@ -69,6 +69,26 @@ struct collection_stats {
   std::uint64_t incremental_slices = 0;
   double gc_seconds = 0;          // time spent in collections the library asked for
   double longest_pause_seconds = 0;
+  // Note [Exposed GC time] (core/src/policy.cpp): of gc_seconds, the part
+  // that did not overlap outstanding device work: an upper bound (a slice
+  // during which the device finished counts whole).
+  double exposed_gc_seconds = 0;
+  double hidden_gc_seconds = 0;   // gc_seconds - exposed: run while the device was still busy
+  // Whole-heap cycles whose slices ran back to back because memory was
+  // needed at once: blocking, their pause is the sum of the slices.
+  std::uint64_t blocking_cycles = 0;
+  // The synchronize hint (gc_policy::synchronize / quiet_moment(true)).
+  std::uint64_t syncs = 0;
+  double slack_seconds = 0;       // smoothed wait at a sync after the host had nothing left to do
+  double sync_wait_seconds = 0;   // total time blocked in syncs (after any collection work)
+  // The runtime's own collections (collector_counters "own_*") since the
+  // policy was created, and every collection's time together.
+  std::uint64_t runtime_collections = 0;
+  std::uint64_t runtime_full_collections = 0;
+  double runtime_gc_seconds = 0;  // a lower bound unless runtime_seconds_exact
+  bool runtime_seconds_exact = false;
+  std::uint64_t collector_collections = 0;  // the collector's own total count since the policy was created
+  double gc_seconds_all = 0;      // gc_seconds + runtime_gc_seconds
   std::uint64_t finalized = 0;    // handles finalized (device blocks queued by finalizers)
   std::uint64_t reclaimed_bytes = 0;        // device bytes freed by finalizers after collections
   double reclaimed_per_collection = 0;      // mean device bytes reclaimed per collection
