@@ -736,12 +736,45 @@ static void test_collector_callbacks(void) {
   CHECK_ST(gcpressure_destroy(a), GCPRESSURE_OK);
 }
 
+/* --- the sync hint ----------------------------------------------------------
+ * gcpressure_synchronize counts a sync in the policy's stats and returns
+ * once the stream's work is done; without a collector it only waits.
+ * quiet_moment_ex(will_block) reaches the policy's quiet_moment: with
+ * every_iteration it is not an iteration, so it never collects there. */
+static void test_sync_hint(void) {
+  gcpressure_allocator* a = make_host("pressure", "64MiB", NULL, GCPRESSURE_COLLECTOR_CALLBACKS);
+  CHECK(a != NULL);
+  if (!a) return;
+  CHECK_ST(gcpressure_synchronize(a, NULL), GCPRESSURE_OK); /* no collector yet: a plain wait */
+  CHECK(stat_int(a, "syncs") == 0);
+  fake_gc g;
+  fake_init(&g, a);
+  CHECK_ST(fake_register(&g, 1, 1), GCPRESSURE_OK);
+  for (int i = 0; i < 3; ++i) CHECK_ST(gcpressure_synchronize(a, NULL), GCPRESSURE_OK);
+  CHECK(stat_int(a, "syncs") == 3);
+  CHECK_ST(gcpressure_quiet_moment_ex(a, 1), GCPRESSURE_OK);
+  CHECK_ST(gcpressure_quiet_moment_ex(a, 0), GCPRESSURE_OK);
+  CHECK(g.max_depth <= 1);
+  CHECK_ST(gcpressure_destroy(a), GCPRESSURE_OK);
+
+  a = make_host("every_iteration", NULL, NULL, GCPRESSURE_COLLECTOR_CALLBACKS);
+  CHECK(a != NULL);
+  if (!a) return;
+  fake_init(&g, a);
+  CHECK_ST(fake_register(&g, 1, 0), GCPRESSURE_OK);
+  CHECK_ST(gcpressure_quiet_moment_ex(a, 1), GCPRESSURE_OK);
+  CHECK(g.full == 0 && g.minor == 0);
+  CHECK_ST(gcpressure_iteration(a), GCPRESSURE_OK);
+  CHECK(g.full == 1);
+  CHECK_ST(gcpressure_destroy(a), GCPRESSURE_OK);
+}
+
 /* --- re-entrancy: what a finalizer running inside a collection may do ------ */
 
 typedef struct reentry {
   void* foreign_block; /* freed with gcpressure_free from inside */
   size_t foreign_bytes;
-  gcpressure_status collect_st, quiet_st, iter_st, trim_st, setc_st, destroy_st, create_st;
+  gcpressure_status collect_st, quiet_st, iter_st, trim_st, setc_st, destroy_st, create_st, sync_st, quiet_ex_st;
   gcpressure_status alloc_st, free_st, release_st, drain_st, usage_st, stats_st, limits_st, nested_free_st;
   char busy_msg[256];
   int ran;
@@ -765,6 +798,8 @@ static void act_reenter(fake_gc* g, const char* where) {
   snprintf(r->busy_msg, sizeof r->busy_msg, "%s", gcpressure_last_error());
   r->quiet_st = gcpressure_quiet_moment(g->a);
   r->iter_st = gcpressure_iteration(g->a);
+  r->sync_st = gcpressure_synchronize(g->a, NULL);
+  r->quiet_ex_st = gcpressure_quiet_moment_ex(g->a, 1);
   r->trim_st = gcpressure_trim(g->a);
   r->setc_st = gcpressure_set_collector(g->a, &cb);
   r->destroy_st = gcpressure_destroy(g->a);
@@ -794,6 +829,8 @@ static void check_reentry(void) {
   CHECK(strstr(r->busy_msg, "inside a collection") != NULL);
   CHECK(r->quiet_st == GCPRESSURE_ERR_BUSY);
   CHECK(r->iter_st == GCPRESSURE_ERR_BUSY);
+  CHECK(r->sync_st == GCPRESSURE_ERR_BUSY);
+  CHECK(r->quiet_ex_st == GCPRESSURE_ERR_BUSY);
   CHECK(r->trim_st == GCPRESSURE_ERR_BUSY);
   CHECK(r->setc_st == GCPRESSURE_ERR_BUSY);
   CHECK(r->destroy_st == GCPRESSURE_ERR_BUSY);
@@ -893,6 +930,8 @@ static void test_null_and_foreign_handles(void) {
   CHECK_ST(gcpressure_free(NULL, &n, 1, NULL), GCPRESSURE_ERR_INVALID);
   CHECK_ST(gcpressure_release_from_finalizer(NULL, &n, 1, NULL), GCPRESSURE_ERR_INVALID);
   CHECK_ST(gcpressure_quiet_moment(NULL), GCPRESSURE_ERR_INVALID);
+  CHECK_ST(gcpressure_quiet_moment_ex(NULL, 1), GCPRESSURE_ERR_INVALID);
+  CHECK_ST(gcpressure_synchronize(NULL, NULL), GCPRESSURE_ERR_INVALID);
   CHECK_ST(gcpressure_iteration(NULL), GCPRESSURE_ERR_INVALID);
   CHECK_ST(gcpressure_collect(NULL, 1), GCPRESSURE_ERR_INVALID);
   CHECK_ST(gcpressure_drain(NULL), GCPRESSURE_ERR_INVALID);
@@ -937,6 +976,8 @@ static void test_use_after_destroy(void) {
   CHECK_ST(gcpressure_release_from_finalizer(a, leaked, 4096, NULL), GCPRESSURE_ERR_SHUTDOWN);
   CHECK_ST(gcpressure_set_collector(a, &cb), GCPRESSURE_ERR_SHUTDOWN);
   CHECK_ST(gcpressure_quiet_moment(a), GCPRESSURE_ERR_SHUTDOWN);
+  CHECK_ST(gcpressure_quiet_moment_ex(a, 0), GCPRESSURE_ERR_SHUTDOWN);
+  CHECK_ST(gcpressure_synchronize(a, NULL), GCPRESSURE_ERR_SHUTDOWN);
   CHECK_ST(gcpressure_iteration(a), GCPRESSURE_ERR_SHUTDOWN);
   CHECK_ST(gcpressure_collect(a, 0), GCPRESSURE_ERR_SHUTDOWN);
   CHECK_ST(gcpressure_drain(a), GCPRESSURE_ERR_SHUTDOWN);
@@ -1124,6 +1165,7 @@ int main(void) {
       {"stats_json", test_stats_json},
       {"release_and_drain", test_release_and_drain},
       {"collector_callbacks", test_collector_callbacks},
+      {"sync_hint", test_sync_hint},
       {"reentrancy", test_reentrancy},
       {"null_and_foreign_handles", test_null_and_foreign_handles},
       {"use_after_destroy", test_use_after_destroy},

@@ -4,6 +4,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "gcpressure/config.hpp"
@@ -50,6 +51,11 @@ allocator_stats sample_stats() {
   s.gc.reclaimed_bytes = 12;
   s.gc.reclaimed_per_collection = 2.0;
   s.gc.policy = "pressure";
+  auto& g = s.gc;  // the fields of Note [Every collection is counted], distinct values
+  g.exposed_gc_seconds = 0.75, g.hidden_gc_seconds = 0.5, g.blocking_cycles = 13, g.syncs = 14;
+  g.slack_seconds = 0.00425, g.sync_wait_seconds = 3.5, g.runtime_collections = 15;
+  g.runtime_full_collections = 16, g.runtime_gc_seconds = 0.375, g.runtime_seconds_exact = true;
+  g.collector_collections = 17, g.gc_seconds_all = 1.625;
   return s;
 }
 
@@ -157,6 +163,28 @@ TEST(StatsJson, ContainsTheValues) {
   EXPECT_TRUE(contains(j, "pressure")) << j;
 }
 
+// Every collection_stats field the benchmarks read is in the JSON under its
+// own name with its value (Note [Every collection is counted]).
+TEST(StatsJson, CollectionFieldsEachUnderItsName) {
+  const allocator_stats s = sample_stats();
+  const std::string j = to_json(s);
+  json_check chk(j);
+  ASSERT_TRUE(chk.valid()) << chk.error() << "\n" << j;
+  const std::pair<const char*, const char*> expect[] = {
+      {"exposed_gc_seconds", "0.750000"},   {"hidden_gc_seconds", "0.500000"},
+      {"blocking_cycles", "13"},            {"syncs", "14"},
+      {"slack_seconds", "0.004250"},        {"sync_wait_seconds", "3.500000"},
+      {"runtime_collections", "15"},        {"runtime_full_collections", "16"},
+      {"runtime_gc_seconds", "0.375000"},   {"runtime_seconds_exact", "true"},
+      {"collector_collections", "17"},      {"gc_seconds_all", "1.625000"},
+      {"exposed_gc_seconds_is_upper_bound", "true"}};
+  for (const auto& [key, value] : expect)
+    EXPECT_TRUE(contains(j, std::string("\"") + key + "\":" + value)) << key << " != " << value << " in " << j;
+  allocator_stats inexact = s;
+  inexact.gc.runtime_seconds_exact = false;
+  EXPECT_TRUE(contains(to_json(inexact), "\"runtime_seconds_exact\":false"));
+}
+
 TEST(StatsJson, ChangesWithInput) {
   allocator_stats a = sample_stats();
   allocator_stats b = sample_stats();
@@ -195,6 +223,17 @@ TEST(StatsText, HeaderAndRows) {
   for (const char* word : {"requested", "reserved", "allocated"})
     EXPECT_TRUE(contains(lt, word)) << word << " not in\n" << t;
   EXPECT_TRUE(contains(lt, "host")) << "backend not named\n" << t;
+}
+
+TEST(StatsText, ShowsCollectionFields) {
+  allocator_stats s = sample_stats();
+  const std::string t = to_text(s);
+  for (const char* v : {"exposed 0.750 s", "hidden 0.500 s", "blocking cycles 13", "syncs 14", "slack 4.250 ms",
+                        "sync wait 3.500 s", "own collections 15 (whole-heap 16), 0.375 s (exact)",
+                        "collector total 17", "gc all 1.625 s"})
+    EXPECT_TRUE(contains(t, v)) << v << " not in\n" << t;
+  s.gc.runtime_seconds_exact = false;
+  EXPECT_TRUE(contains(to_text(s), "(lower bound)")) << to_text(s);
 }
 
 TEST(StatsText, ShowsSizes) {

@@ -115,6 +115,20 @@ std::string to_text(const allocator_stats& s) {
   os << "  by reason:";
   for (int i = 0; i < gc_reason_count; ++i) os << " " << to_string(static_cast<gc_reason>(i)) << "=" << g.by_reason[i];
   os << "\n";
+  std::snprintf(buf, sizeof buf,
+                "  gc time: exposed %.3f s (upper bound), hidden %.3f s; blocking cycles %llu; "
+                "syncs %llu, slack %.3f ms, sync wait %.3f s\n",
+                g.exposed_gc_seconds, g.hidden_gc_seconds, static_cast<unsigned long long>(g.blocking_cycles),
+                static_cast<unsigned long long>(g.syncs), g.slack_seconds * 1e3, g.sync_wait_seconds);
+  os << buf;
+  std::snprintf(buf, sizeof buf,
+                "  runtime's own collections %llu (whole-heap %llu), %.3f s (%s); collector total %llu; "
+                "gc all %.3f s\n",
+                static_cast<unsigned long long>(g.runtime_collections),
+                static_cast<unsigned long long>(g.runtime_full_collections), g.runtime_gc_seconds,
+                g.runtime_seconds_exact ? "exact" : "lower bound",
+                static_cast<unsigned long long>(g.collector_collections), g.gc_seconds_all);
+  os << buf;
   return os.str();
 }
 
@@ -145,13 +159,29 @@ std::string to_json(const allocator_stats& s) {
   os << "},\"by_reason\":{";
   for (int i = 0; i < gc_reason_count; ++i)
     os << (i ? "," : "") << "\"" << to_string(static_cast<gc_reason>(i)) << "\":" << g.by_reason[i];
-  char buf[256];
+  char buf[1024];
   std::snprintf(buf, sizeof buf,
                 "},\"incremental_slices\":%llu,\"gc_seconds\":%.6f,\"longest_pause_seconds\":%.6f,"
-                "\"finalized\":%llu,\"reclaimed_bytes\":%llu,\"reclaimed_per_collection\":%.1f}}",
+                "\"finalized\":%llu,\"reclaimed_bytes\":%llu,\"reclaimed_per_collection\":%.1f,",
                 static_cast<unsigned long long>(g.incremental_slices), g.gc_seconds, g.longest_pause_seconds,
                 static_cast<unsigned long long>(g.finalized), static_cast<unsigned long long>(g.reclaimed_bytes),
                 g.reclaimed_per_collection);
+  os << buf;
+  // Which figures are exact and which are bounds travels with them:
+  // exposed is an upper bound (Note [Exposed GC time]); the runtime's own
+  // seconds are a lower bound unless runtime_seconds_exact.
+  std::snprintf(buf, sizeof buf,
+                "\"exposed_gc_seconds\":%.6f,\"exposed_gc_seconds_is_upper_bound\":true,"
+                "\"hidden_gc_seconds\":%.6f,\"blocking_cycles\":%llu,\"syncs\":%llu,\"slack_seconds\":%.6f,"
+                "\"sync_wait_seconds\":%.6f,\"runtime_collections\":%llu,\"runtime_full_collections\":%llu,"
+                "\"runtime_gc_seconds\":%.6f,\"runtime_seconds_exact\":%s,\"collector_collections\":%llu,"
+                "\"gc_seconds_all\":%.6f}}",
+                g.exposed_gc_seconds, g.hidden_gc_seconds, static_cast<unsigned long long>(g.blocking_cycles),
+                static_cast<unsigned long long>(g.syncs), g.slack_seconds, g.sync_wait_seconds,
+                static_cast<unsigned long long>(g.runtime_collections),
+                static_cast<unsigned long long>(g.runtime_full_collections), g.runtime_gc_seconds,
+                g.runtime_seconds_exact ? "true" : "false", static_cast<unsigned long long>(g.collector_collections),
+                g.gc_seconds_all);
   os << buf;
   return os.str();
 }

@@ -325,6 +325,32 @@ gcpressure_status gcpressure_quiet_moment(gcpressure_allocator* a) {
   });
 }
 
+gcpressure_status gcpressure_quiet_moment_ex(gcpressure_allocator* a, int will_block) {
+  GCP_CHECK(a);
+  GCP_NOT_IN_COLLECTION("gcpressure_quiet_moment_ex");
+  return guarded([&] {
+    if (auto* p = a->p()) p->quiet_moment(will_block != 0);
+    return GCPRESSURE_OK;
+  });
+}
+
+gcpressure_status gcpressure_synchronize(gcpressure_allocator* a, void* stream) {
+  GCP_CHECK(a);
+  GCP_NOT_IN_COLLECTION("gcpressure_synchronize");
+  return guarded([&] {
+    if (auto* p = a->p()) {
+      p->synchronize(stream);
+      return GCPRESSURE_OK;
+    }
+    // No collector registered yet: nothing to schedule, only wait.
+    stream_ops& ops = a->a().streams();
+    const auto release = [&ops](void* e) { ops.release(e); };
+    const std::unique_ptr<void, decltype(release)> event(ops.record(stream), release);
+    ops.synchronize(event.get());
+    return GCPRESSURE_OK;
+  });
+}
+
 gcpressure_status gcpressure_iteration(gcpressure_allocator* a) {
   GCP_CHECK(a);
   GCP_NOT_IN_COLLECTION("gcpressure_iteration");

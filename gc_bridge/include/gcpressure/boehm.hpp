@@ -110,9 +110,18 @@ class device_heap {
   static stream_ref stream(const buffer* b) noexcept;
   static bool is_live(const buffer* b) noexcept;
 
-  // Hints for the policy (see gc_policy).
-  void quiet_moment() { policy_->quiet_moment(); }
+  // Hints for the policy (see gc_policy). Thread-safe (registered threads);
+  // not from a finalizer or from inside a collection.
+  // quiet_moment: few temporaries are alive. will_block: the host is about
+  // to wait for the device (for runtimes that cannot route their syncs
+  // through synchronize()).
+  void quiet_moment(bool will_block = false) { policy_->quiet_moment(will_block); }
   void iteration() { policy_->iteration(); }
+  // The host is about to wait for the work queued on `stream`: due
+  // collection work runs while that work still runs, then this blocks until
+  // it has completed (gc_policy::synchronize). Use it instead of the
+  // runtime's own stream sync. Thread-safe; not from a finalizer.
+  void synchronize(stream_ref stream = nullptr) { policy_->synchronize(stream); }
   void collect(gc_kind k) { policy_->collect(k); }
 
   device_allocator& allocator() noexcept { return *alloc_; }

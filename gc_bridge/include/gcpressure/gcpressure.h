@@ -125,8 +125,21 @@ gcpressure_status gcpressure_free(gcpressure_allocator* a, void* ptr, size_t byt
  * safe inside a collection and at any lock state. */
 gcpressure_status gcpressure_release_from_finalizer(gcpressure_allocator* a, void* ptr, size_t bytes, void* stream);
 
-/* Policy hints and explicit collections. Thread-safe; not from a collection. */
+/* Policy hints and explicit collections. Thread-safe; not from a collection
+ * (GCPRESSURE_ERR_BUSY there); not from a finalizer. */
 gcpressure_status gcpressure_quiet_moment(gcpressure_allocator* a);
+/* quiet_moment with will_block nonzero: the host is about to wait for the
+ * device (for runtimes whose sync calls cannot go through
+ * gcpressure_synchronize). gcpressure_quiet_moment(a) is
+ * gcpressure_quiet_moment_ex(a, 0). */
+gcpressure_status gcpressure_quiet_moment_ex(gcpressure_allocator* a, int will_block);
+/* The host is about to wait for all work queued on `stream` (cudaStream_t or
+ * host stream; NULL the default): runs due collection work while that work
+ * still runs, then blocks until it has completed. Call it instead of the
+ * runtime's own stream synchronize. Without a registered collector it only
+ * synchronizes. Thread-safe; not from a collection (GCPRESSURE_ERR_BUSY);
+ * not from a finalizer. */
+gcpressure_status gcpressure_synchronize(gcpressure_allocator* a, void* stream);
 gcpressure_status gcpressure_iteration(gcpressure_allocator* a);
 gcpressure_status gcpressure_collect(gcpressure_allocator* a, int full);
 
