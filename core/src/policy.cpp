@@ -1,34 +1,11 @@
-// The policy base (timing, counters, the collector half of the reclaim
-// ladder) and the "pressure" policy.
+// The policy base: timing, counters, exposed GC time, the synchronize hint
+// and the collector half of the reclaim ladder. The "pressure" policy is in
+// pressure_policy.cpp, the baselines in baselines.cpp.
 //
-// Note [Why device bytes must drive the collector]
-// A runtime's array object is a few dozen host bytes holding gigabytes of
-// device memory. The host collector's heuristics count host bytes, so they
-// never run while the device fills up. The policy counts the device bytes
-// allocated since the last collection ("young" bytes) and asks the collector
-// for a collection when they justify one — before an allocation fails.
-//
-// Note [Generations of device bytes]
-// After a collection every surviving handle is old: in a generational
-// collector (Boehm in incremental mode) a minor collection will not free it
-// again, only a whole-heap cycle will. So the policy keeps
-//   young  = device bytes allocated since the last collection,
-//   old    = device bytes live right after the last collection,
-//   floor  = device bytes live right after the last whole-heap cycle,
-// and treats old - floor as old bytes that may be garbage: promoted
-// temporaries. Minor collections handle young garbage; a whole-heap cycle is
-// scheduled only when the suspected old garbage is worth a young budget, and
-// it runs incrementally, one bounded slice per allocation, paced by the GC
-// time budget. A blocking full collection is never scheduled; only the reclaim
-// ladder runs one, when an allocation would otherwise fail.
-//
-// Note [Budgets are measured]
-// The young budget is the larger of (a) growth x the live set the last
-// collection left and (b) the bytes that keep minor-collection time within
-// the GC budget at the measured allocation rate and the measured cost of a
-// minor collection (c_minor * rate / budget), scaled up when collections
-// reclaim little of what was allocated. It is capped by the headroom under
-// the soft limit and under the device's free memory.
+// Note [Timing is injected]
+// Every time the base and the policies read comes from policy_options::clock
+// (steady_clock by default), so tests drive decisions with a fake clock and a
+// fake collector whose collections advance it.
 #include "gcpressure/policy.hpp"
 
 #include <algorithm>
@@ -315,6 +292,11 @@ void gc_policy::synchronize(stream_ref stream) {
   }
 }
 
+double gc_policy::own_exposed_seconds() const noexcept {
+  std::lock_guard<std::mutex> s(stats_mu_);
+  return stats_.exposed_gc_seconds;
+}
+
 double gc_policy::slack_estimate() const noexcept {
   std::lock_guard<std::mutex> s(stats_mu_);
   return slack_;
@@ -362,245 +344,6 @@ void gc_policy::fill_stats(collection_stats& out) const {
   // The runtime's own collections ran inside its allocator, on the critical
   // path as far as anyone can tell: all exposed.
   out.exposed_gc_seconds += out.runtime_gc_seconds;
-}
-
-// --- the pressure policy -------------------------------------------------------
-
-namespace {
-
-class pressure_policy final : public gc_policy {
- public:
-  pressure_policy(device_allocator& a, collector& c, policy_options o) : gc_policy(a, c, o) {
-    last_end_ = now();
-  }
-  const char* name() const noexcept override { return "pressure"; }
-
-  void before_allocate(device_allocator& a, std::size_t bytes, stream_ref) override {
-    std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
-    if (!lk.owns_lock()) {
-      // Note [Concurrent allocators]: another thread is collecting. Below
-      // the headroom, allocate without queueing behind it. Over it, wait for
-      // that collection (bounded): allocating now would take the room it is
-      // making for its own allocation, and one of us would fail for nothing.
-      if (!over_headroom(a, bytes)) return;
-      if (!lk.try_lock_for(std::chrono::seconds(5))) return;
-    }
-    const std::size_t young = a.since_mark() + bytes;
-    const std::size_t budget = young_budget();
-    const bool over = over_headroom(a, bytes);
-    if (full_cycle_active()) {
-      // Pace the whole-heap cycle: a slice while GC time is within budget,
-      // and slices until it completes once memory needs it.
-      const bool need = young >= budget || over;
-      if (need || gc_fraction() < opts_.gc_budget) {
-        outcome o;
-        bool done = step_full_cycle(gc_reason::early, &o);
-        while (!done && need) done = step_full_cycle(gc_reason::early, &o);
-        if (done) after_full(o);
-      }
-      return;
-    }
-    if (young >= budget || (over && young >= opts_.min_young_bytes)) {
-      collected_since_quiet_ += young - bytes;
-      after_minor(run_collection(gc_kind::minor, gc_reason::early));
-      maybe_start_full(gc_reason::early);
-    }
-  }
-
-  void quiet_moment(bool will_block) override {
-    (void)will_block;
-    std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
-    if (!lk.owns_lock()) return;
-    if (full_cycle_active()) {
-      if (gc_fraction() < opts_.gc_budget) {
-        outcome o;
-        if (step_full_cycle(gc_reason::quiet_moment, &o)) after_full(o);
-      }
-      return;
-    }
-    // Note [Quiet moments]: collect here when the next stretch of work (as
-    // much as was allocated since the last quiet moment) would cross the
-    // young budget anyway: the collection then happens where few temporaries
-    // are alive instead of in the middle of the work, without collecting
-    // more often than the budget asks for.
-    const std::size_t young = alloc_.since_mark();
-    const std::size_t total = young + collected_since_quiet_;
-    const double stretch = static_cast<double>(total > young_at_quiet_ ? total - young_at_quiet_ : 0);
-    stretch_ = stretch_ > 0 ? 0.75 * stretch_ + 0.25 * stretch : stretch;
-    young_at_quiet_ = young;
-    collected_since_quiet_ = 0;
-    const std::size_t budget = young_budget();
-    // quiet_fraction bounds how early: never below that share of the budget.
-    const bool enough = young >= static_cast<std::size_t>(opts_.quiet_fraction * static_cast<double>(budget));
-    const bool would_cross = static_cast<double>(young) + stretch_ >= static_cast<double>(budget);
-    if (young >= opts_.min_young_bytes / 2 && enough && would_cross) {
-      after_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment));
-      young_at_quiet_ = 0;
-      maybe_start_full(gc_reason::quiet_moment);
-    }
-  }
-
- private:
-  double gc_fraction() {
-    collection_stats s;
-    fill_stats(s);
-    const double wall = wall_seconds();
-    return wall > 0 ? s.gc_seconds / wall : 0;
-  }
-
-  // Note [Budgets are measured]
-  std::size_t young_budget() const {
-    const double mem = std::max(opts_.growth * static_cast<double>(live_after_), static_cast<double>(opts_.min_young_bytes));
-    const double time_floor = time_floor_bytes();
-    double b = std::max(mem, time_floor) / std::clamp(yield_, 0.25, 1.0);
-    const std::size_t soft = alloc_.soft_limit();
-    const double head = soft > live_after_ ? static_cast<double>(soft - live_after_) : 0;
-    b = std::min(b, std::max(head, static_cast<double>(opts_.min_young_bytes)));
-    return static_cast<std::size_t>(b);
-  }
-
-  // True when this allocation would take live bytes past the soft limit, or
-  // reserved bytes near the hard limit or the device's free memory.
-  bool over_headroom(device_allocator& a, std::size_t bytes) {
-    const std::size_t live = a.live_bytes() + bytes;
-    const std::size_t reserved = a.reserved_bytes() + bytes;
-    if (live > a.soft_limit()) return true;
-    if (reserved > a.hard_limit() / 20 * 19) return true;
-    // Free device memory (other processes count): refreshed at collections.
-    // Read without the collection lock by threads that wait for another's
-    // collection (Note [Concurrent allocators]): relaxed atomics.
-    const std::size_t at_refresh = reserved_at_refresh_.load(std::memory_order_relaxed);
-    const std::size_t free_then = device_free_.load(std::memory_order_relaxed);
-    const std::size_t grown = reserved > at_refresh ? reserved - at_refresh : 0;
-    return free_then > 0 && grown + free_then / 10 > free_then;
-  }
-
-  void refresh_device() {
-    try {
-      device_free_.store(alloc_.device_memory().free, std::memory_order_relaxed);
-      reserved_at_refresh_.store(alloc_.reserved_bytes(), std::memory_order_relaxed);
-    } catch (...) {
-      device_free_.store(0, std::memory_order_relaxed);
-    }
-  }
-
-  // Note [Minor cost is fixed + per young byte]
-  // A minor collection costs a fixed part (roots, dirty pages, re-protecting
-  // the heap: O(heap) with mprotect dirty bits) plus a part that grows with
-  // the young objects it must mark and sweep. Only the fixed part is
-  // amortised by collecting less often: at allocation rate r and young budget
-  // Y the GC fraction is a*r/Y + b*r. So the time floor is
-  // Y = a*r / (budget - b*r); treating the whole cost as fixed makes Y and the
-  // cost chase each other upwards (seen: 10 ms -> 112 ms minors, 3 -> 188 MiB
-  // budgets). When b*r alone exceeds the budget no young budget can meet it,
-  // and memory, not time, decides.
-  double time_floor_bytes() const {
-    if (rate_ <= 0 || samples_.empty()) return 0;
-    double a, b;
-    fit_cost(&a, &b);
-    const double room = opts_.gc_budget - b * rate_;
-    if (room <= opts_.gc_budget * 0.1) return 0;
-    return a * rate_ / room;
-  }
-
-  // Least squares over the recent (young bytes, seconds) samples.
-  void fit_cost(double* a, double* b) const {
-    const double n = static_cast<double>(samples_.size());
-    double sx = 0, sy = 0, sxx = 0, sxy = 0, ymin = samples_.front().second;
-    for (const auto& [x, y] : samples_) {
-      sx += x;
-      sy += y;
-      sxx += x * x;
-      sxy += x * y;
-      ymin = std::min(ymin, y);
-    }
-    const double den = n * sxx - sx * sx;
-    if (samples_.size() < 3 || den <= 1e-9 * n * sxx) {
-      *a = ymin;  // no spread in young sizes: call the cheapest one fixed
-      *b = 0;
-      return;
-    }
-    *b = std::max(0.0, (n * sxy - sx * sy) / den);
-    *a = std::max(0.0, (sy - *b * sx) / n);
-    if (*b == 0) *a = sy / n;
-  }
-
-  void learn(const outcome& o, double* cost) {
-    const double interval = now() - last_end_ - o.seconds;
-    if (interval > 0 && o.young_before > 0) {
-      const double r = static_cast<double>(o.young_before) / interval;
-      rate_ = rate_ > 0 ? 0.75 * rate_ + 0.25 * r : r;
-    }
-    // The first collection pays one-time costs (the runtime's first mark of
-    // a freshly built heap: 100+ ms for an empty Boehm heap in incremental
-    // mode); learning from it would inflate the time floor for many
-    // collections. Later samples are clamped to 8x the estimate for the same
-    // reason (one slow outlier must not turn into a huge young budget).
-    if (++cost_samples_ > 1) {
-      const double x = *cost > 0 ? std::min(o.seconds, 8 * *cost) : o.seconds;
-      *cost = *cost > 0 ? 0.75 * *cost + 0.25 * x : x;
-      if (cost == &c_minor_) {
-        if (samples_.size() == 16) samples_.erase(samples_.begin());
-        samples_.emplace_back(static_cast<double>(o.young_before), x);
-      }
-    }
-    if (o.young_before > 0) yield_ = std::min(1.0, static_cast<double>(o.reclaimed) / static_cast<double>(o.young_before));
-    last_end_ = now();
-    live_after_ = o.live_after;
-    refresh_device();
-  }
-
-  void after_minor(const outcome& o) {
-    learn(o, &c_minor_);
-    old_ = o.live_after;  // every survivor is old now
-    if (gc_.minor_is_whole_heap()) floor_ = o.live_after;  // and nothing old is garbage
-  }
-
-  void after_full(const outcome& o) {
-    // The cycle's cost is learned separately: it must not inflate c_minor.
-    const double interval_cost = o.seconds;
-    c_full_ = c_full_ > 0 ? 0.75 * c_full_ + 0.25 * interval_cost : interval_cost;
-    last_end_ = now();
-    live_after_ = o.live_after;
-    old_ = floor_ = o.live_after;
-    refresh_device();
-  }
-
-  // Note [Generations of device bytes]
-  void maybe_start_full(gc_reason reason) {
-    const std::size_t live = alloc_.live_bytes();
-    old_ = std::min(old_, live);
-    const std::size_t suspect = old_ > floor_ ? old_ - floor_ : 0;
-    if (suspect == 0) return;
-    const std::size_t budget = young_budget();
-    const bool pressing = live_after_ > alloc_.soft_limit() / 10 * 8;
-    const bool worth = suspect >= std::max(budget, opts_.min_young_bytes) || pressing;
-    if (!worth) return;
-    const double expected = c_full_ > 0 ? c_full_ : 5 * c_minor_;
-    collection_stats s;
-    fill_stats(s);
-    const double wall = wall_seconds();
-    const bool affordable = wall > 0 && (s.gc_seconds + expected) / wall <= opts_.gc_budget;
-    if (!affordable && !pressing) return;
-    outcome o;
-    if (step_full_cycle(reason, &o)) after_full(o);
-  }
-
-  double c_minor_ = 0, c_full_ = 0, rate_ = 0, yield_ = 1.0;
-  std::vector<std::pair<double, double>> samples_;  // (young bytes, seconds) of recent minors
-  std::uint64_t cost_samples_ = 0;
-  // Quiet-moment bookkeeping: bytes allocated per stretch between hints.
-  double stretch_ = 0;
-  std::size_t young_at_quiet_ = 0, collected_since_quiet_ = 0;
-  std::size_t live_after_ = 0, old_ = 0, floor_ = 0;
-  std::atomic<std::size_t> device_free_{0}, reserved_at_refresh_{0};
-  double last_end_ = 0;
-};
-
-}  // namespace
-
-std::unique_ptr<gc_policy> make_pressure_policy(device_allocator& a, collector& c, policy_options o) {
-  return std::make_unique<pressure_policy>(a, c, o);
 }
 
 }  // namespace gcpressure

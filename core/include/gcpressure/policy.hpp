@@ -33,6 +33,10 @@ struct policy_options {
   double growth = 1.0;                 // young budget as a multiple of the live set left by the last collection
   std::size_t min_young_bytes = std::size_t{1} << 20;  // never collect more often than every 1 MiB
   bool verbose = false;
+  // cudajl: a soft limit was set explicitly (GCPRESSURE_SOFT_LIMIT), so
+  // CUDA.jl would size pressure by it (JULIA_CUDA_SOFT_MEMORY_LIMIT). The
+  // allocator cannot tell: its soft limit defaults to 75% of the hard one.
+  bool soft_limit_set = false;
   // Time source (not owned; must outlive the policy). nullptr: steady clock.
   const clock_source* clock = nullptr;
 
@@ -98,6 +102,13 @@ class gc_policy : public allocation_hook {
   const policy_options& options() const noexcept { return opts_; }
   double wall_seconds() const noexcept;
   double now() const noexcept { return clock_->now(); }
+  // The smoothed slack at syncs (0 until measured) and how many syncs were
+  // seen. Thread-safe; finalizer-safe.
+  double slack_estimate() const noexcept;
+  std::uint64_t sync_count() const noexcept;
+  // Exposed seconds of the collections this policy ran (not the runtime's
+  // own). Thread-safe; finalizer-safe.
+  double own_exposed_seconds() const noexcept;
 
  protected:
   struct outcome {
@@ -125,9 +136,6 @@ class gc_policy : public allocation_hook {
   // quiet_moment(true). Collections run from here are measured as hidden
   // while the device stays busy (Note [Exposed GC time]).
   virtual void before_block(const std::function<bool()>& device_busy);
-  // The smoothed slack at syncs (0 until measured) and how many were seen.
-  double slack_estimate() const noexcept;
-  std::uint64_t sync_count() const noexcept;
 
 
   device_allocator& alloc_;
