@@ -50,7 +50,7 @@
 #include <string>
 #include <vector>
 
-#include "forward_loop_lib.hpp"
+#include "forward.hpp"
 #include "gcpressure/boehm.hpp"
 #include "gcpressure/cuda_resource.hpp"
 #include "gcpressure/error.hpp"

@@ -1,11 +1,12 @@
-// forward_loop_cuda.cu — see forward_loop_cuda.hpp.
+// cuda_kernels.cu — see cuda_kernels.hpp.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 
-#include "forward_loop_cuda.hpp"
+#include "cuda_kernels.hpp"
 
 namespace fwd::cuda {
 
@@ -67,6 +68,10 @@ void bias_relu(context* c, const float* t, const float* b, float* y, int d, int 
   const int blocks = static_cast<int>(total / threads + 1 < 4096 ? total / threads + 1 : 4096);
   bias_relu_kernel<<<blocks, threads, 0, c->stream>>>(t, b, y, d, total);
   check(cudaGetLastError(), "bias_relu kernel launch");
+}
+
+void fill(context* c, void* p, unsigned long long bytes) {
+  check(cudaMemsetAsync(p, 0x5a, static_cast<std::size_t>(bytes), c->stream), "cudaMemsetAsync");
 }
 
 }  // namespace fwd::cuda

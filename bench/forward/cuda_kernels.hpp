@@ -1,4 +1,4 @@
-// forward_loop_cuda.hpp — the forward loop's CUDA compute: cuBLAS SGEMM and a
+// cuda_kernels.hpp — the forward loop's CUDA compute: cuBLAS SGEMM and a
 // broadcast bias + relu kernel, on one stream. Plain types only, so that this
 // header needs neither CUDA nor gcpressure headers. Compiled only when
 // GCPRESSURE_WITH_CUDA; errors throw std::runtime_error naming the call.
@@ -15,5 +15,7 @@ void destroy(context* c) noexcept;
 void sgemm(context* c, const float* W, const float* x, float* y, int d, int n);
 // y[i + d*j] = max(0, t[i + d*j] + b[i]): relu.(t .+ b).
 void bias_relu(context* c, const float* t, const float* b, float* y, int d, int n);
+// Writes every byte of p (cudaMemsetAsync on the context's stream).
+void fill(context* c, void* p, unsigned long long bytes);
 
 }  // namespace fwd::cuda

@@ -1,0 +1,266 @@
+// cli.cpp — forward_loop's command line: usage text, flags over the
+// GCPRESSURE_* environment, and the expansion of a matrix of runs.
+#include <cerrno>
+#include <cstdlib>
+#include <sstream>
+
+#include "detail.hpp"
+#include "gcpressure/allocator.hpp"
+#include "gcpressure/error.hpp"
+#include "gcpressure/policy.hpp"
+
+namespace fwd {
+
+namespace gcp = gcpressure;
+
+bool detail::in_list(const char* const* names, const std::string& s) {
+  for (const char* const* n = names; *n; ++n)
+    if (s == *n) return true;
+  return false;
+}
+
+namespace {
+
+using detail::in_list;
+
+std::string joined(const char* const* names, const char* sep) {
+  std::string out;
+  for (const char* const* n = names; *n; ++n) out += (out.empty() ? "" : sep) + std::string(*n);
+  return out;
+}
+
+// "a,b" or "all" (every name of `all`).
+std::vector<std::string> split(const std::string& list, const char* const* all) {
+  std::vector<std::string> out;
+  if (list == "all") {
+    for (const char* const* n = all; *n; ++n) out.emplace_back(*n);
+    return out;
+  }
+  std::istringstream in(list);
+  for (std::string w; std::getline(in, w, ',');) out.push_back(w);
+  return out;
+}
+
+}  // namespace
+
+std::string usage() {
+  const std::string policies = joined(gcp::policy_names(), "|");
+  const std::string workloads = joined(workload_names(), "|");
+  const std::string capacity = gcp::format_bytes(gcp::allocator_options{}.host_capacity);
+  return
+      "usage: forward_loop [--backend auto|host|cuda|cuda_async] [--policy " + policies + "]\n"
+      "                    [--workload " + workloads + "] [--reps N]\n"
+      "                    [--iters N] [--layers N] [--d N] [--batch N] [--host-heap-mib N]\n"
+      "                    [--hard-limit SIZE] [--soft-limit SIZE] [--trace FILE.csv] [--json] [--quiet]\n"
+      "                    [--host-allocs N] [--host-capacity SIZE] [--gc-budget F] [--every-n N]\n"
+      "                    [--promote-share F] [--burst-every N] [--burst-fraction F] [--hint-order before|after]\n"
+      "                    [--max-seconds S] [--seed N] [--verbose] [--help]\n"
+      "\n"
+      "A Flux-style forward pass (layers x Dense y = relu.(W*x .+ b)) whose arrays are GC-owned\n"
+      "device buffers that the loop drops, inside a simulated runtime with a live host heap. The\n"
+      "compute is asynchronous (a CUDA stream, or the host stream's worker thread on the host\n"
+      "backend); each iteration ends with the iteration hint and the policy's sync hint.\n"
+      "\n"
+      "  --backend         cuda_async (cudaMallocAsync; the default when a GPU is usable),\n"
+      "                    cuda (cudaMalloc; cuda_sync is an alias), host (simulated device,\n"
+      "                    CPU SGEMM) or auto - the names of GCPRESSURE_BACKEND\n"
+      "  --policy          collection policy (default pressure); explicit_free frees every array\n"
+      "                    itself the moment it dies (the oracle). A comma list or 'all' runs\n"
+      "                    each in turn in this process (one host heap), one result per run\n"
+      "  --workload        (default steady; a comma list or 'all' as for --policy)\n"
+      "                    steady:  every iteration allocates and drops the same arrays\n"
+      "                    promote: also keeps a share (--promote-share, default 0.25) of the\n"
+      "                             arrays alive for 1..50 iterations (fixed seed), in a ring\n"
+      "                    burst:   every --burst-every (50) iterations one step holds\n"
+      "                             --burst-fraction (0.5) of the hard limit at once, then drops it\n"
+      "                    varied:  also one array per layer of a size drawn log-uniformly from\n"
+      "                             4 KiB to min(256 MiB, hard limit / 16), dropped at once\n"
+      "  --reps N          repeat the policy x workload matrix N times (default 1)\n"
+      "  --iters N         iterations (default 2000)\n"
+      "  --layers/--d/--batch  model shape (default 4 layers, d=256, batch=32)\n"
+      "  --host-heap-mib N live host heap of 64-byte linked GC objects (default 0)\n"
+      "  --host-allocs N   small host GC allocations per iteration, all garbage (default 300)\n"
+      "  --hard-limit SIZE device memory limit: bytes, 512MiB-style or % of device memory\n"
+      "                    (default 50% on CUDA; 256MiB on host)\n"
+      "  --soft-limit SIZE the policy's target (default 75% of the hard limit)\n"
+      "  --host-capacity SIZE  simulated device size on the host backend (default " + capacity + ")\n"
+      "  --gc-budget F     fraction of wall time collections may take (default 0.05)\n"
+      "  --every-n N       every_iteration: collect every N iterations (default 1)\n"
+      "  --hint-order O    before (default): iteration hint, then the policy's synchronize;\n"
+      "                    after: a plain wait for the device, then the iteration hint\n"
+      "  --max-seconds S   stop after S seconds of loop time (reported as stopped_early)\n"
+      "  --seed N          seed of the model and the workloads (default 42)\n"
+      "  --trace FILE.csv  one row per iteration: iteration,live,reserved,collections,gc_seconds,\n"
+      "                    exposed_gc_seconds,hidden_gc_seconds (a single run only)\n"
+      "  --json            print one JSON object per run (the last line for a single run)\n"
+      "  --quiet           no per-iteration lines\n"
+      "  --verbose         the policy's per-collection lines on stderr\n"
+      "\n"
+      "GCPRESSURE_* environment variables (backend, limits, policy, budget, every_n, verbose,\n"
+      "host capacity) set defaults; flags override them. A bad variable is an error of its own.\n";
+}
+
+gcp::size_spec default_hard_limit(bool cuda) {
+  gcp::size_spec s;
+  if (cuda) s.percent = 50;
+  else s.bytes = std::size_t{256} << 20;
+  return s;
+}
+
+namespace {
+
+long to_long(const std::string& flag, const std::string& v, long lo, long hi) {
+  char* end = nullptr;
+  errno = 0;
+  const long x = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno == ERANGE) throw usage_error(flag + ": expected an integer, got '" + v + "'");
+  if (x < lo || x > hi)
+    throw usage_error(flag + ": " + v + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return x;
+}
+
+double to_double(const std::string& flag, const std::string& v, double lo, double hi) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !(x >= lo && x <= hi))
+    throw usage_error(flag + ": expected a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" +
+                      v + "'");
+  return x;
+}
+
+gcp::size_spec to_size(const std::string& flag, const std::string& v) {
+  try {
+    return gcp::parse_size(v, flag);
+  } catch (const gcp::logic_error& e) {
+    throw usage_error(e.what());
+  }
+}
+
+// The library's names: host | cuda (cudaMalloc) | cuda_async; "" = auto.
+std::string to_backend(const std::string& v) {
+  if (v == "auto") return "";
+  if (v == "cuda_sync") return "cuda";
+  if (v == "host" || v == "cuda" || v == "cuda_async") return v;
+  throw usage_error("--backend: expected auto, host, cuda, cuda_async or cuda_sync, got '" + v + "'");
+}
+
+// Defaults from the library's environment variables, where set.
+void apply_env(options& o) {
+  gcp::config c;
+  try {
+    c = gcp::config_from_env();
+  } catch (const gcp::logic_error& e) {
+    throw environment_error(e.what());
+  }
+  auto set = [](const char* name) { return std::getenv(name) != nullptr; };
+  if (set("GCPRESSURE_BACKEND")) {
+    switch (c.backend) {
+      case gcp::backend_choice::automatic: o.backend.clear(); break;
+      case gcp::backend_choice::host: o.backend = "host"; break;
+      case gcp::backend_choice::cuda: o.backend = "cuda"; break;
+      case gcp::backend_choice::cuda_async: o.backend = "cuda_async"; break;
+    }
+  }
+  if (set("GCPRESSURE_HOST_CAPACITY")) o.host_capacity = c.host_capacity;
+  if (set("GCPRESSURE_HARD_LIMIT")) o.hard_limit = c.hard_limit;
+  if (set("GCPRESSURE_SOFT_LIMIT")) o.soft_limit = c.soft_limit;
+  if (set("GCPRESSURE_POLICY")) o.policy = c.policy;
+  if (set("GCPRESSURE_GC_BUDGET")) o.gc_budget = c.gc_budget;
+  if (set("GCPRESSURE_EVERY_N")) o.every_n = c.every_n;
+  if (set("GCPRESSURE_VERBOSE")) o.verbose = c.verbose;
+}
+
+// One flag with its value (the caller has checked the name is known).
+void apply_flag(options& o, const std::string& a, const std::string& v) {
+  if (a == "--backend") o.backend = to_backend(v);
+  else if (a == "--policy") o.policy = v;
+  else if (a == "--workload") o.workload = v;
+  else if (a == "--reps") o.reps = static_cast<int>(to_long(a, v, 1, 1000));
+  else if (a == "--iters") o.iters = static_cast<int>(to_long(a, v, 1, 100000000));
+  else if (a == "--layers") o.layers = static_cast<int>(to_long(a, v, 1, 1000));
+  else if (a == "--d") o.d = static_cast<int>(to_long(a, v, 1, 65536));
+  else if (a == "--batch") o.batch = static_cast<int>(to_long(a, v, 1, 1 << 20));
+  else if (a == "--host-heap-mib") o.host_heap_mib = static_cast<std::size_t>(to_long(a, v, 0, 1 << 20));
+  else if (a == "--host-allocs") o.host_allocs = static_cast<int>(to_long(a, v, 0, 1 << 24));
+  else if (a == "--hard-limit") o.hard_limit = to_size(a, v);
+  else if (a == "--soft-limit") o.soft_limit = to_size(a, v);
+  else if (a == "--host-capacity") {
+    o.host_capacity = to_size(a, v).bytes;
+    if (!o.host_capacity) throw usage_error("--host-capacity: must be bytes, not a percentage");
+  } else if (a == "--gc-budget") o.gc_budget = to_double(a, v, 1e-6, 1.0);
+  else if (a == "--every-n") o.every_n = static_cast<int>(to_long(a, v, 1, 1 << 30));
+  else if (a == "--promote-share") o.promote_share = to_double(a, v, 0, 1);
+  else if (a == "--burst-every") o.burst_every = static_cast<int>(to_long(a, v, 1, 1 << 30));
+  else if (a == "--burst-fraction") o.burst_fraction = to_double(a, v, 0, 1);
+  else if (a == "--max-seconds") o.max_seconds = to_double(a, v, 0, 1e9);
+  else if (a == "--seed") o.seed = static_cast<std::uint64_t>(to_long(a, v, 0, 0x7fffffffL));
+  else if (a == "--trace") o.trace = v;
+  else if (a == "--hint-order") {
+    if (v != "before" && v != "after") throw usage_error("--hint-order: expected before or after, got '" + v + "'");
+    o.hint_before_sync = v == "before";
+  }
+}
+
+const char* const valued_flags[] = {
+    "--backend", "--policy", "--workload", "--reps", "--iters", "--layers", "--d", "--batch", "--host-heap-mib",
+    "--host-allocs", "--hard-limit", "--soft-limit", "--host-capacity", "--gc-budget", "--every-n",
+    "--promote-share", "--burst-every", "--burst-fraction", "--max-seconds", "--seed", "--trace", "--hint-order",
+    nullptr};
+
+}  // namespace
+
+options parse_args(int argc, char** argv, bool* help, options o) {
+  if (help) *help = false;
+  apply_env(o);
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i], v;
+    bool has_inline = false;
+    if (const auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      v = a.substr(eq + 1);
+      a = a.substr(0, eq);
+      has_inline = true;
+    }
+    bool* toggle = a == "--json" ? &o.json : a == "--quiet" ? &o.quiet : a == "--verbose" ? &o.verbose : nullptr;
+    if (a == "--help" || a == "-h" || toggle) {
+      if (has_inline) throw usage_error(a + " takes no value");
+      if (toggle) *toggle = true;
+      else if (help) *help = true;
+    } else if (in_list(valued_flags, a)) {
+      if (!has_inline) {
+        if (i + 1 >= argc) throw usage_error(a + ": missing value");
+        v = argv[++i];
+      }
+      apply_flag(o, a, v);
+    } else {
+      throw usage_error("unknown argument '" + std::string(argv[i]) + "'");
+    }
+  }
+  for (const auto& p : split(o.policy, gcp::policy_names()))
+    if (!in_list(gcp::policy_names(), p))
+      throw usage_error("--policy: unknown policy '" + p + "' (expected " + joined(gcp::policy_names(), ", ") +
+                        " or all)");
+  for (const auto& w : split(o.workload, workload_names()))
+    if (!in_list(workload_names(), w))
+      throw usage_error("--workload: unknown workload '" + w + "' (expected " + joined(workload_names(), ", ") +
+                        " or all)");
+  if (!o.trace.empty() && expand(o).size() != 1) throw usage_error("--trace: only for a single run");
+  return o;
+}
+
+std::vector<options> expand(const options& o) {
+  std::vector<options> runs;
+  const auto policies = split(o.policy, gcp::policy_names());
+  const auto workloads = split(o.workload, workload_names());
+  for (int rep = 0; rep < o.reps; ++rep)
+    for (const auto& w : workloads)
+      for (const auto& p : policies) {
+        options r = o;
+        r.policy = p;
+        r.workload = w;
+        r.reps = 1;
+        runs.push_back(r);
+      }
+  return runs;
+}
+
+}  // namespace fwd
