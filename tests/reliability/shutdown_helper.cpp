@@ -23,7 +23,8 @@
 //   cuda-leaked-heap   leaked-heap on the cuda_async backend: finalizers and
 //                      frees run after main, possibly after the CUDA runtime
 //                      has unloaded.
-// The cuda-* modes print "skipped" and exit 0 without a usable GPU.
+// The cuda-* modes print "skipped" and exit 77 (skip_exit_code in
+// test_shutdown.cpp) without a usable GPU: a skip, never a pass.
 // A check that fails exits with status 3 and a message on stderr.
 #ifndef GC_THREADS
 #define GC_THREADS 1
@@ -201,7 +202,7 @@ int main(int argc, char** argv) {
   if (cuda) {
     if (!gcp::cuda_available()) {
       std::printf("%s: skipped (no usable CUDA device)\n", argv[1]);
-      return 0;
+      return 77;
     }
     g_cuda = true;
   }
