@@ -1,4 +1,5 @@
--- forward_loop.lua — the Flux-style forward loop of examples/forward_loop, in Lua 5.4.
+-- forward_loop.lua — the Flux-style forward loop of the C++ forward_loop
+-- (bench/forward), in Lua 5.4.
 --
 -- `layers` Dense layers y = relu.(W*x .+ b): every layer allocates its matmul
 -- output (the broadcast's temporary) and its own output as device arrays owned
@@ -11,37 +12,68 @@
 --
 --   lua5.4 forward_loop.lua [--backend auto|host|cuda|cuda_async]
 --     [--policy pressure|at_limit|every_iteration|cudajl|dotnet|explicit_free|none]
---     [--iters N] [--layers N] [--d N] [--batch N] [--host-heap-mib N]
---     [--hard-limit SIZE] [--soft-limit SIZE] [--gc-mode generational|incremental]
+--     [--workload steady|promote|burst|varied] [--iters N] [--layers N] [--d N] [--batch N]
+--     [--host-heap-mib N] [--hard-limit SIZE] [--soft-limit SIZE] [--gc-mode generational|incremental]
+--     [--promote-share X] [--burst-every N] [--burst-fraction X] [--seed N] [--no-sync]
 --     [--trace FILE.csv] [--json] [--quiet] [--check] [--expect-oom] [--skip-without-backend]
 --
--- With --json the last line is one JSON object with the keys of
--- examples/forward_loop's summary (policy, backend, iterations, ooms,
--- peak_live_bytes, peak_reserved_bytes, collections_minor, collections_full,
+-- --policy explicit_free is the oracle: the loop frees each array with
+-- a:free() the moment it dies (no collection runs). The workloads are those of
+-- the C++ loop (bench/forward/workload.cpp, Note [The workloads]):
+--   steady   every iteration allocates the same arrays and drops them all;
+--   promote  as steady, and each array is also kept alive, with probability
+--            --promote-share (0.25), for 1..50 iterations (uniform, fixed
+--            seed), then dies at the start of the iteration its life ends;
+--   burst    as steady, and the last iteration of every --burst-every (50)
+--            allocates --burst-fraction (0.5) of the hard limit in chunks of
+--            min(256 MiB, hard limit / 16), holds them at once, writes them,
+--            then drops them;
+--   varied   as steady, and each layer also allocates one side array of a
+--            log-uniform size (fixed seed) from 4 KiB to min(256 MiB, hard
+--            limit / 16), writes it and drops it at the end of the layer.
+-- (Lua's math.random, not the C++ loop's mt19937_64: same distributions,
+-- different draws.) Each iteration ends with the iteration hint, then
+-- heap:synchronize() (the sync point: on CUDA the compute is queued on the
+-- default stream; --no-sync leaves it out).
+--
+-- With --json the last line is one JSON object with the keys of the C++ loop's
+-- summary (policy, workload, backend, iterations, ooms, peak_live_bytes,
+-- peak_reserved_bytes, collections_minor, collections_full,
 -- collections_full_steady, max_pause_seconds, gc_seconds, wall_seconds,
--- finalized) and a few more. --check exits 1 unless the run had >= 200
+-- time_per_iter, finalized, and the library's every-collection counts where it
+-- has them) and a few more. --check exits 1 unless the run had >= 200
 -- iterations, allocated >= 20x the hard limit, had zero OOMs and kept peak
 -- reserved within the hard limit. --policy none registers no collector: Lua's
 -- collector alone, paced by Lua bytes; --expect-oom exits 1 unless that run
--- hit OOMs (the failure this library exists to prevent).
+-- hit OOMs (the failure this library exists to prevent). Options left out
+-- whose GCPRESSURE_* variable is set (backend, policy, hard and soft limit)
+-- come from the environment.
 
 local opts = {
-  backend = "auto", policy = "pressure", iters = 300, layers = 4, d = 64, batch = 1024,
+  backend = "auto", policy = "pressure", workload = "steady", iters = 300, layers = 4, d = 64, batch = 1024,
   host_heap_mib = 32, hard_limit = "64MiB", soft_limit = nil, gc_mode = "generational",
+  promote_share = 0.25, burst_every = 50, burst_fraction = 0.5, seed = 42,
   trace = nil, json = false, quiet = false, check = false, skip_without_backend = false, expect_oom = false,
+  no_sync = false,
 }
+local given = {}
 
 local function usage(msg)
   io.stderr:write((msg and (msg .. "\n") or ""),
-    "usage: lua5.4 forward_loop.lua [--backend B] [--policy P] [--iters N] [--layers N] [--d N] [--batch N]\n",
-    "       [--host-heap-mib N] [--hard-limit SIZE] [--soft-limit SIZE] [--gc-mode generational|incremental]\n",
-    "       [--trace FILE.csv] [--json] [--quiet] [--check] [--expect-oom] [--skip-without-backend]\n")
+    "usage: lua5.4 forward_loop.lua [--backend B] [--policy P] [--workload steady|promote|burst|varied]\n",
+    "       [--iters N] [--layers N] [--d N] [--batch N] [--host-heap-mib N] [--hard-limit SIZE]\n",
+    "       [--soft-limit SIZE] [--gc-mode generational|incremental] [--promote-share X] [--burst-every N]\n",
+    "       [--burst-fraction X] [--seed N] [--no-sync] [--trace FILE.csv] [--json] [--quiet] [--check]\n",
+    "       [--expect-oom] [--skip-without-backend]\n")
   os.exit(2)
 end
 
 do
-  local flags = { json = true, quiet = true, check = true, ["skip-without-backend"] = true, ["expect-oom"] = true }
-  local numbers = { iters = true, layers = true, d = true, batch = true, ["host-heap-mib"] = true }
+  local flags = { json = true, quiet = true, check = true, ["skip-without-backend"] = true, ["expect-oom"] = true,
+    ["no-sync"] = true }
+  local numbers = { iters = true, layers = true, d = true, batch = true, ["host-heap-mib"] = true,
+    ["burst-every"] = true, seed = true }
+  local reals = { ["promote-share"] = true, ["burst-fraction"] = true }
   local i = 1
   while i <= #arg do
     local name = arg[i]:match("^%-%-([%w%-]+)$")
@@ -57,13 +89,28 @@ do
       if numbers[name] then
         v = math.tointeger(tonumber(v))
         if not v or v < 0 then usage("--" .. name .. " needs a non-negative integer") end
+      elseif reals[name] then
+        v = tonumber(v)
+        if not v or v < 0 or v > 1 then usage("--" .. name .. " needs a number in [0, 1]") end
       end
       opts[key] = v
+      given[key] = true
       i = i + 2
     end
   end
-  if opts.iters < 1 or opts.layers < 1 or opts.d < 1 or opts.batch < 1 then usage("sizes must be positive") end
+  if opts.iters < 1 or opts.layers < 1 or opts.d < 1 or opts.batch < 1 or opts.burst_every < 1 then
+    usage("sizes must be positive")
+  end
+  local workloads = { steady = true, promote = true, burst = true, varied = true }
+  if not workloads[opts.workload] then usage("--workload must be steady, promote, burst or varied") end
+  -- The environment is the default layer: a flag left out whose variable is set is not passed.
+  for key, var in pairs({ backend = "GCPRESSURE_BACKEND", policy = "GCPRESSURE_POLICY",
+                          hard_limit = "GCPRESSURE_HARD_LIMIT", soft_limit = "GCPRESSURE_SOFT_LIMIT" }) do
+    if not given[key] and os.getenv(var) then opts[key] = nil end
+  end
 end
+
+local gcpressure = require "gcpressure"
 
 local gcpressure = require "gcpressure"
 
@@ -142,6 +189,8 @@ local function fmt_bytes(n)
 end
 
 -- The heap. --policy none: no collector (Lua's own pace only).
+
+-- The heap. --policy none: no collector (Lua's own pace only).
 local ok, heap = pcall(gcpressure.new, {
   backend = opts.backend,
   policy = opts.policy ~= "none" and opts.policy or nil,
@@ -151,15 +200,18 @@ local ok, heap = pcall(gcpressure.new, {
   gc_mode = opts.gc_mode,
 })
 if not ok then
-  if opts.skip_without_backend and (heap:find("unsupported", 1, true) or heap:find("needs the module built", 1, true)) then
-    print("skipped: " .. heap)
+  if opts.skip_without_backend and (type(heap) == "table" and heap.kind == "unsupported"
+                                    or tostring(heap):find("needs the module built", 1, true)) then
+    print("skipped: " .. tostring(heap))
     os.exit(77)
   end
-  io.stderr:write(heap, "\n")
+  io.stderr:write(tostring(heap), "\n")
   os.exit(2)
 end
 local info = heap:info()
+local oracle = info.policy == "explicit_free"
 local d, batch, layers = opts.d, opts.batch, opts.layers
+local hard_limit = json_decode(heap:stats()).hard_limit
 
 -- The model: weights and biases live for the whole run.
 local W, B = {}, {}
@@ -182,17 +234,81 @@ do
   end
 end
 
-local function forward(x)
+-- Arrays and the oracle. kept: arrays a workload holds past their death in
+-- the layer chain (weak keys: the ring below is what keeps them alive).
+local kept = setmetatable({}, { __mode = "k" })
+-- Under the oracle, this iteration's arrays, so that what an OOM left behind
+-- is freed too (only then: a list would keep them reachable for the collector).
+local inflight = {}
+local explicit_frees = 0
+local function died(a)
+  if oracle and a and not kept[a] and a:is_live() then
+    a:free()
+    explicit_frees = explicit_frees + 1
+  end
+end
+local function track(a)
+  if oracle then inflight[#inflight + 1] = a end
+  return a
+end
+local function new_array(n) return track(heap:array(n)) end
+
+-- The workloads (the header's definitions; bench/forward/workload.cpp).
+math.randomseed(opts.seed)
+local chunk_cap = math.max(4096, math.min(256 * 1024 * 1024, hard_limit // 16))
+local workload = {}
+if opts.workload == "promote" then
+  local ring = {} -- array -> the iteration at whose start it dies
+  function workload.begin_iteration(it)
+    for a, expiry in pairs(ring) do
+      if expiry <= it then
+        ring[a] = nil
+        kept[a] = nil
+        died(a)
+      end
+    end
+  end
+  function workload.after_layer(it, t, y)
+    for _, a in ipairs({ t, y }) do
+      if math.random() < opts.promote_share then
+        ring[a] = it + math.random(1, 50)
+        kept[a] = true
+      end
+    end
+  end
+elseif opts.workload == "burst" then
+  local total = math.floor(opts.burst_fraction * hard_limit)
+  function workload.end_iteration(it)
+    if (it + 1) % opts.burst_every ~= 0 or total == 0 then return end
+    local held = {}
+    for got = 0, total - 1, chunk_cap do
+      held[#held + 1] = new_array(math.max(1, math.min(chunk_cap, total - got) // 4)):fill(0)
+    end
+    for _, a in ipairs(held) do died(a) end
+  end
+elseif opts.workload == "varied" then
+  local lo, hi = math.log(4096), math.log(chunk_cap)
+  function workload.after_layer()
+    local bytes = math.floor(math.exp(lo + (hi - lo) * math.random())) & ~3
+    died(new_array(math.max(1, bytes // 4)):fill(0))
+  end
+end
+
+local function forward(it, x)
   for l = 1, layers do
-    local t = heap:matmul(W[l], x, d, d, batch) -- W*x: the broadcast's temporary
-    x = heap:bias_relu(t, B[l], d, batch)       -- relu.(t .+ b): the layer's output
+    local t = track(heap:matmul(W[l], x, d, d, batch)) -- W*x: the broadcast's temporary
+    local y = track(heap:bias_relu(t, B[l], d, batch)) -- relu.(t .+ b): the layer's output
+    if workload.after_layer then workload.after_layer(it, t, y) end
+    died(t)
+    if x ~= input then died(x) end
+    x = y
   end
   local junk = {}
   for k = 1, 300 do junk[k % 8 + 1] = { k, k + 1 } end -- small host garbage
   return x
 end
 
-local function is_oom(err) return type(err) == "string" and err:find("out of memory", 1, true) ~= nil end
+local function is_oom(err) return type(err) == "table" and err.kind == "out_of_memory" end
 
 local trace = opts.trace and assert(io.open(opts.trace, "w"))
 if trace then trace:write("iteration,live_bytes,reserved_bytes,collections_minor,collections_full,gc_seconds\n") end
@@ -200,28 +316,33 @@ if trace then trace:write("iteration,live_bytes,reserved_bytes,collections_minor
 local ooms, steady_base, checksum = 0, 0, 0
 local steady_at = opts.iters // 10
 local t0 = gcpressure.now()
-for it = 1, opts.iters do
-  local fine, y = pcall(forward, input)
-  if fine then
-    if it == opts.iters and not info.on_device then checksum = y:sum() end
-  elseif is_oom(y) then
+for it = 0, opts.iters - 1 do
+  local fine, err = pcall(function()
+    if workload.begin_iteration then workload.begin_iteration(it) end
+    local y = forward(it, input)
+    if it == opts.iters - 1 and not info.on_device then checksum = y:sum() end
+    died(y)
+    if workload.end_iteration then workload.end_iteration(it) end
+  end)
+  if not fine then
+    if not is_oom(err) then error(err, 0) end
     ooms = ooms + 1
-    if not opts.quiet then io.stderr:write("iteration ", it, ": ", y, "\n") end
-  else
-    error(y, 0)
+    if not opts.quiet then io.stderr:write("iteration ", it, ": ", tostring(err), "\n") end
   end
-  y = nil
+  for _, a in ipairs(inflight) do died(a) end -- the oracle: what an OOM left behind
+  inflight = {}
   heap:iteration()
-  if it == steady_at then steady_base = json_decode(heap:stats()).gc.by_kind.blocking_full end
+  if not opts.no_sync then heap:synchronize() end
+  if it + 1 == steady_at then steady_base = json_decode(heap:stats()).gc.by_kind.blocking_full end
   if trace or not opts.quiet then
     local s = json_decode(heap:stats())
     local k = s.gc.by_kind
     if trace then
-      trace:write(string.format("%d,%d,%d,%d,%d,%.6f\n", it, s.requested.current, s.reserved.current, k.minor,
+      trace:write(string.format("%d,%d,%d,%d,%d,%.6f\n", it + 1, s.requested.current, s.reserved.current, k.minor,
         k.incremental_full + k.blocking_full, s.gc.gc_seconds))
     end
     if not opts.quiet then
-      print(string.format("iteration %4d: live %10s, reserved %10s, collections: minor %d, full %d", it,
+      print(string.format("iteration %4d: live %10s, reserved %10s, collections: minor %d, full %d", it + 1,
         fmt_bytes(s.requested.current), fmt_bytes(s.reserved.current), k.minor, k.incremental_full + k.blocking_full))
     end
   end
@@ -231,8 +352,11 @@ if trace then trace:close() end
 
 local s = json_decode(heap:stats())
 local k = s.gc.by_kind
+local g = s.gc
+info = heap:info()
 local summary = {
-  { "policy", s.gc.policy ~= "" and s.gc.policy or info.policy },
+  { "policy", g.policy ~= "" and g.policy or info.policy },
+  { "workload", opts.workload },
   { "backend", s.backend },
   { "iterations", opts.iters },
   { "ooms", ooms },
@@ -241,19 +365,31 @@ local summary = {
   { "collections_minor", k.minor },
   { "collections_full", k.incremental_full + k.blocking_full },
   { "collections_full_steady", k.blocking_full - steady_base },
-  { "max_pause_seconds", s.gc.longest_pause_seconds },
-  { "gc_seconds", s.gc.gc_seconds },
+  { "max_pause_seconds", g.longest_pause_seconds },
+  { "gc_seconds", g.gc_seconds },
   { "wall_seconds", wall },
-  { "finalized", s.gc.finalized },
+  { "time_per_iter", wall / opts.iters },
+  { "finalized", g.finalized },
+  { "explicit_frees", explicit_frees },
+  -- Every collection, whoever started it (the library's view; absent keys: an older library).
+  { "collections_runtime", g.runtime_collections },
+  { "exposed_gc_seconds", g.exposed_gc_seconds },
+  { "gc_seconds_all", g.gc_seconds_all },
+  -- Lua's own cycles (Note [Counting Lua's own collections] in lua_collector.c: exact
+  -- in generational mode, whole-heap ones a lower bound there; no seconds).
+  { "lua_collections", info.lua_collections },
+  { "lua_full_collections", info.lua_full_collections },
   { "runtime", "lua" },
   { "lua_version", _VERSION },
   { "gc_mode", info.gc_mode },
+  { "synchronize", not opts.no_sync },
   { "hard_limit_bytes", s.hard_limit },
   { "soft_limit_bytes", s.soft_limit },
   { "total_allocated_bytes", s.requested.total },
-  { "incremental_slices", s.gc.incremental_slices },
+  { "incremental_slices", g.incremental_slices },
   { "library_ooms", s.ooms },
   { "layers", layers }, { "d", d }, { "batch", batch }, { "host_heap_mib", opts.host_heap_mib },
+  { "seed", opts.seed },
   { "lua_heap_kib", math.floor(collectgarbage("count")) },
   { "checksum", checksum },
 }
@@ -262,15 +398,17 @@ if opts.json then
   local parts = {}
   for _, kv in ipairs(summary) do
     local v = kv[2]
-    if type(v) == "string" then v = string.format("%q", v)
+    if v == nil then v = "null"
+    elseif type(v) == "boolean" then v = tostring(v)
+    elseif type(v) == "string" then v = string.format("%q", v)
     elseif math.type(v) == "integer" then v = string.format("%d", v)
-    else v = string.format("%.6f", v) end
+    else v = string.format("%.9g", v) end
     parts[#parts + 1] = string.format("%q:%s", kv[1], v)
   end
   print("{" .. table.concat(parts, ",") .. "}")
 else
-  print(string.format("%s policy, %s backend, Lua %s GC: %d iterations in %.2f s", summary[1][2], s.backend,
-    info.gc_mode, opts.iters, wall))
+  print(string.format("%s policy, %s workload, %s backend, Lua %s GC: %d iterations in %.2f s", summary[1][2],
+    opts.workload, s.backend, info.gc_mode, opts.iters, wall))
   print(string.format("  peak reserved %s (hard limit %s), peak live %s, allocated %s in all",
     fmt_bytes(s.reserved.peak), fmt_bytes(s.hard_limit), fmt_bytes(s.requested.peak), fmt_bytes(s.requested.total)))
   print(string.format("  collections: minor %d, whole-heap %d (blocking after warm-up %d); gc %.3f s, longest pause %.2f ms",

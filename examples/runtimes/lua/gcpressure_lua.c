@@ -14,31 +14,23 @@
  * (gcpressure_destroy leaves a tombstone), so a __gc that runs at lua_close
  * after the heap's own is harmless.
  *
- * Note [Lua collector callbacks]
- * The policy's collections run inside gcpressure_alloc / iteration / collect,
- * which only this module's C functions call, on the thread (coroutine) that
- * called them: that thread is recorded in the heap (h->L) for the duration of
- * the call, and the callbacks run lua_gc on it:
- *   generational mode (default): minor = lua_gc(L, LUA_GCSTEP, 0), which in
- *     generational mode performs one young collection (Lua 5.4 manual §2.5.2;
- *     lgc.c genstep); full = lua_gc(L, LUA_GCCOLLECT) (a major collection).
- *   incremental mode: minor = lua_gc(L, LUA_GCSTEP, 0), one basic
- *     incremental step of Lua's step size (2^13 bytes' worth of work by
- *     default; new{step_kb = n} sets it to n KiB through LUA_GCINC). Not
- *     LUA_GCSTEP with n > 0: in 5.4 that only adds n KiB to Lua's debt, which
- *     does nothing at all while Lua waits out its pause between cycles. A
- *     whole-heap cycle in slices (start_full/step_full) = basic steps until
- *     Lua reports the end of a cycle (twice when a cycle was under way at the
- *     start: it may have marked today's garbage already); full = LUA_GCCOLLECT.
- *     Lua's incremental mode has no young generation, so every reclamation is
- *     a whole-heap cycle: with a large Lua heap it costs what it costs.
- * Lua runs finalizers inside its collections (young collections and
- * LUA_GCCOLLECT call all pending ones), so there is no run_finalizers callback.
- * lua_gc runs inside lua_pcall: a Lua error (a memory error in a finalizer's
- * call set-up) must never longjmp through the library's C++ frames. A __gc
- * never calls lua_gc (Lua forbids it; lua_gc returns -1 there) and never
- * allocates; the C API answers GCPRESSURE_ERR_BUSY to collection requests
- * made from inside a collection and never nests collections itself.
+ * Lua's collector as callbacks: lua_collector.c, Note [Lua collector callbacks].
+ *
+ * Note [Lua error values]
+ * A failed library call raises a table {kind, status, message} with the
+ * metatable "gcpressure.error" (tostring gives the message), so a caller
+ * tells out-of-memory from other failures by `err.kind == "out_of_memory"`
+ * instead of matching text. Misuse of the module itself (bad arguments,
+ * use after free or close) stays a plain Lua error string, as luaL_error
+ * makes it.
+ *
+ * Note [Options and the environment]
+ * gcpressure.new{...} only sets the options the table names; every other
+ * field keeps gcpressure_options_init's "unset" value, which gcpressure_create
+ * fills from the GCPRESSURE_* environment, then from the library's defaults.
+ * So the environment is the default layer and explicit options override it.
+ * An option key the module does not know is an error naming it (a misspelt
+ * key would otherwise be silently ignored).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -48,50 +40,7 @@
 #include <string.h>
 #include <time.h>
 
-#include <lauxlib.h>
-#include <lua.h>
-
-#include "gcpressure/gcpressure.h"
-
-#ifdef GCPRESSURE_LUA_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
-#define HEAP_MT "gcpressure.heap"
-#define ARRAY_MT "gcpressure.array"
-
-#define GEN_MODE 0
-#define INC_MODE 1
-
-typedef struct heap {
-  gcpressure_allocator* a;
-  lua_State* L; /* the thread running a library call that may collect (Note [Lua collector callbacks]) */
-  int mode;     /* GEN_MODE or INC_MODE */
-  int on_device; /* CUDA backend: device memory is not addressable from the CPU */
-  int closed;
-  int full_phase; /* incremental whole-heap cycle: ends of cycle seen since start_full */
-  int at_pause;   /* our last lua_gc call left Lua between cycles (as far as we know) */
-  char backend[16];
-  char policy[32];
-  unsigned long long minor_calls, full_calls, step_calls, gc_errors;
-} heap;
-
-typedef struct array {
-  void* ptr;
-  size_t bytes;
-  size_t n; /* floats */
-  gcpressure_allocator* a; /* valid even after gcpressure_destroy (a tombstone) */
-  heap* h;                 /* valid while the array is: its user value */
-  int on_device;
-} array;
-
-/* --- time --------------------------------------------------------------- */
-
-static double now_seconds(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
+#include "gcpressure_lua.h"
 
 /* --- deferred destroys --------------------------------------------------
  * A heap's __gc may run inside a collection (of another heap), where
@@ -132,113 +81,57 @@ static void run_pending_destroys(void) {
   }
 }
 
-/* --- collector callbacks ------------------------------------------------ */
 
-static int protected_gc(lua_State* L) {
-  const int what = (int)lua_tointeger(L, 1);
-  const int data = (int)lua_tointeger(L, 2);
-  lua_pushinteger(L, lua_gc(L, what, data));
+/* --- errors -------------------------------------------------------------- */
+
+static const char* status_kind(gcpressure_status st) {
+  switch (st) {
+    case GCPRESSURE_ERR_OOM: return "out_of_memory";
+    case GCPRESSURE_ERR_INVALID: return "invalid";
+    case GCPRESSURE_ERR_MISUSE: return "misuse";
+    case GCPRESSURE_ERR_SHUTDOWN: return "shutdown";
+    case GCPRESSURE_ERR_CUDA: return "cuda";
+    case GCPRESSURE_ERR_UNSUPPORTED: return "unsupported";
+    case GCPRESSURE_ERR_BUSY: return "busy";
+    default: return "internal";
+  }
+}
+
+/* Note [Lua error values] */
+int lgcp_fail(lua_State* L, const char* what, gcpressure_status st) {
+  /* The library's message first: its pointer lasts until the next gcpressure call. */
+  lua_pushstring(L, gcpressure_last_error());
+  lua_createtable(L, 0, 3);
+  lua_pushfstring(L, "gcpressure: %s: %s: %s", what, gcpressure_status_string(st), lua_tostring(L, -2));
+  lua_setfield(L, -2, "message");
+  lua_pushstring(L, status_kind(st));
+  lua_setfield(L, -2, "kind");
+  lua_pushstring(L, gcpressure_status_string(st));
+  lua_setfield(L, -2, "status");
+  luaL_setmetatable(L, ERROR_MT);
+  return lua_error(L);
+}
+
+static int error_tostring(lua_State* L) {
+  lua_getfield(L, 1, "message");
   return 1;
 }
 
-/* lua_gc(L, what, data) in protected mode; returns its result, or -1. */
-static int run_gc(heap* h, int what, int data) {
-  lua_State* L = h->L;
-  if (!L || !lua_checkstack(L, 4)) {
-    ++h->gc_errors;
-    return -1;
-  }
-  lua_pushcfunction(L, protected_gc);
-  lua_pushinteger(L, what);
-  lua_pushinteger(L, data);
-  if (lua_pcall(L, 2, 1, 0) != LUA_OK) {
-    ++h->gc_errors;
-    lua_pop(L, 1);
-    return -1;
-  }
-  const int r = (int)lua_tointeger(L, -1);
-  lua_pop(L, 1);
-  return r;
-}
-
-static void cb_minor(void* ctx) {
-  heap* h = ctx;
-  ++h->minor_calls;
-  const int r = run_gc(h, LUA_GCSTEP, 0);
-  h->at_pause = r == 1;
-}
-
-static void cb_full(void* ctx) {
-  heap* h = ctx;
-  ++h->full_calls;
-  h->at_pause = run_gc(h, LUA_GCCOLLECT, 0) >= 0;
-}
-
-/* A whole-heap cycle must start after the request: a cycle under way may
- * already have marked what is garbage now, so it is finished first — unless
- * our last call ended a cycle, the usual case (Lua waits for its heap to grow
- * by its pause, 100% by default, before starting another one). */
-static void cb_start_full(void* ctx) {
-  heap* h = ctx;
-  h->full_phase = h->at_pause ? 1 : 0;
-}
-
-static int cb_step_full(void* ctx, double budget_seconds) {
-  heap* h = ctx;
-  const double t0 = now_seconds();
-  for (;;) {
-    ++h->step_calls;
-    const int r = run_gc(h, LUA_GCSTEP, 0);
-    h->at_pause = r == 1;
-    if (r < 0) { /* no collection possible here: report done rather than spin */
-      h->full_phase = 0;
-      return 1;
-    }
-    if (r == 1 && ++h->full_phase >= 2) {
-      h->full_phase = 0;
-      return 1;
-    }
-    if (now_seconds() - t0 >= budget_seconds) return 0;
-  }
-}
-
-static size_t cb_heap_bytes(void* ctx) {
-  heap* h = ctx;
-  if (!h->L) return 0;
-  const int kb = lua_gc(h->L, LUA_GCCOUNT, 0);
-  const int b = lua_gc(h->L, LUA_GCCOUNTB, 0);
-  return kb < 0 || b < 0 ? 0 : (size_t)kb * 1024 + (size_t)b;
-}
-
-/* Marks `L` as the thread the callbacks run on while `h` may collect. */
-#define WITH_THREAD(h, L, stmt)     \
-  do {                              \
-    lua_State* prev_ = (h)->L;      \
-    (h)->L = (L);                   \
-    stmt;                           \
-    (h)->L = prev_;                 \
-  } while (0)
-
-/* --- helpers ------------------------------------------------------------ */
-
-static int fail(lua_State* L, const char* what, gcpressure_status st) {
-  return luaL_error(L, "gcpressure: %s: %s: %s", what, gcpressure_status_string(st), gcpressure_last_error());
-}
-
-static heap* check_heap(lua_State* L, int i) {
+heap* lgcp_check_heap(lua_State* L, int i) {
   heap* h = luaL_checkudata(L, i, HEAP_MT);
   if (h->closed) luaL_error(L, "gcpressure: the heap is closed");
   return h;
 }
 
-static array* check_array(lua_State* L, int i) {
+array* lgcp_check_array(lua_State* L, int i) {
   array* a = luaL_checkudata(L, i, ARRAY_MT);
   if (!a->ptr) luaL_error(L, "gcpressure: array used after free");
   if (a->h->closed) luaL_error(L, "gcpressure: array used after its heap was closed");
   return a;
 }
 
-/* A size option: integer bytes, or a string like "64MiB" / "80%". */
+/* --- options --------------------------------------------------------------- */
+
 static const char* size_opt(lua_State* L, int t, const char* key, char* buf, size_t cap) {
   const char* r = NULL;
   lua_getfield(L, t, key);
@@ -305,13 +198,78 @@ static void json_string_field(const char* json, const char* key, char* out, size
 static int push_stats(lua_State* L, heap* h) {
   size_t need = 0;
   gcpressure_status st = gcpressure_stats_json(h->a, NULL, 0, &need);
-  if (st != GCPRESSURE_ERR_TRUNCATED) return fail(L, "stats", st);
+  if (st != GCPRESSURE_ERR_TRUNCATED) return lgcp_fail(L, "stats", st);
   luaL_Buffer b;
   char* buf = luaL_buffinitsize(L, &b, need);
   st = gcpressure_stats_json(h->a, buf, need, &need);
-  if (st != GCPRESSURE_OK) return fail(L, "stats", st);
+  if (st != GCPRESSURE_OK) return lgcp_fail(L, "stats", st);
   luaL_pushresultsize(&b, strlen(buf));
   return 1;
+}
+
+
+/* Note [Options and the environment]: every key of `t` must be one of these. */
+static const char* const known_options[] = {
+    "backend", "hard_limit", "soft_limit", "policy", "gc_mode", "host_capacity",
+    "gc_budget", "every_n", "step_kb", "device", "read_env", "collector", NULL,
+};
+
+static void check_option_keys(lua_State* L, int t) {
+  lua_pushnil(L);
+  while (lua_next(L, t)) {
+    lua_pop(L, 1);
+    if (lua_type(L, -1) != LUA_TSTRING)
+      luaL_error(L, "gcpressure.new: option keys must be strings (got a %s)", luaL_typename(L, -1));
+    const char* k = lua_tostring(L, -1);
+    int known = 0;
+    for (const char* const* o = known_options; *o && !known; ++o) known = strcmp(*o, k) == 0;
+    if (!known)
+      luaL_error(L, "gcpressure.new: unknown option '%s' (known: backend, hard_limit, soft_limit, policy, "
+                    "gc_mode, host_capacity, gc_budget, every_n, step_kb, device, read_env, collector)", k);
+  }
+}
+
+static int has_opt(lua_State* L, int t, const char* key) {
+  const int present = lua_getfield(L, t, key) != LUA_TNIL;
+  lua_pop(L, 1);
+  return present;
+}
+
+/* The options struct from the table at t; only the fields it names are set
+ * (Note [Options and the environment]). Buffers hold the strings. */
+typedef struct option_buffers {
+  char hard[64], soft[64], policy[64], cap[64];
+} option_buffers;
+
+static void read_options(lua_State* L, int t, gcpressure_options* o, option_buffers* b) {
+  gcpressure_options_init(o);
+  check_option_keys(L, t);
+  if (has_opt(L, t, "backend")) {
+    char buf[32];
+    const char* backend = string_opt(L, t, "backend", "auto", buf, sizeof buf);
+    if (strcmp(backend, "auto") == 0) o->backend = GCPRESSURE_BACKEND_AUTO;
+    else if (strcmp(backend, "host") == 0) o->backend = GCPRESSURE_BACKEND_HOST;
+    else if (strcmp(backend, "cuda") == 0) o->backend = GCPRESSURE_BACKEND_CUDA;
+    else if (strcmp(backend, "cuda_async") == 0) o->backend = GCPRESSURE_BACKEND_CUDA_ASYNC;
+    else luaL_error(L, "gcpressure.new: backend must be auto, host, cuda or cuda_async (got '%s')", backend);
+  }
+  const char* hard = size_opt(L, t, "hard_limit", b->hard, sizeof b->hard);
+  const char* soft = size_opt(L, t, "soft_limit", b->soft, sizeof b->soft);
+  const char* policy = string_opt(L, t, "policy", NULL, b->policy, sizeof b->policy);
+  if (hard) o->hard_limit = hard;
+  if (soft) o->soft_limit = soft;
+  if (policy) o->policy = policy;
+  const char* capacity = size_opt(L, t, "host_capacity", b->cap, sizeof b->cap);
+  if (capacity) {
+    char* end = NULL;
+    const unsigned long long c = strtoull(capacity, &end, 10);
+    if (!end || *end || c == 0) luaL_error(L, "gcpressure.new: host_capacity must be a number of bytes");
+    o->host_capacity = (size_t)c;
+  }
+  if (has_opt(L, t, "gc_budget")) o->gc_budget = (double)number_opt(L, t, "gc_budget", 0);
+  if (has_opt(L, t, "every_n")) o->every_n = (int)number_opt(L, t, "every_n", 0);
+  if (has_opt(L, t, "device")) o->device = (int)number_opt(L, t, "device", 0);
+  if (has_opt(L, t, "read_env")) o->read_env = bool_opt(L, t, "read_env", 0);
 }
 
 /* --- gcpressure.new ----------------------------------------------------- */
@@ -322,45 +280,18 @@ static int l_new(lua_State* L) {
     lua_newtable(L);
   }
   luaL_checktype(L, 1, LUA_TTABLE);
-  char backend_buf[32], hard_buf[64], soft_buf[64], policy_buf[64], mode_buf[32], cap_buf[64];
-  const char* backend = string_opt(L, 1, "backend", "auto", backend_buf, sizeof backend_buf);
-  const char* hard = size_opt(L, 1, "hard_limit", hard_buf, sizeof hard_buf);
-  const char* soft = size_opt(L, 1, "soft_limit", soft_buf, sizeof soft_buf);
-  const char* policy = string_opt(L, 1, "policy", NULL, policy_buf, sizeof policy_buf);
-  const char* mode = string_opt(L, 1, "gc_mode", "generational", mode_buf, sizeof mode_buf);
-  const char* capacity = size_opt(L, 1, "host_capacity", cap_buf, sizeof cap_buf);
-  const lua_Number budget = number_opt(L, 1, "gc_budget", 0);
-  const lua_Number every_n = number_opt(L, 1, "every_n", 0);
-  const lua_Number step_kb = number_opt(L, 1, "step_kb", 0);
-  const lua_Number device = number_opt(L, 1, "device", 0);
-  const int read_env = bool_opt(L, 1, "read_env", 0);
-  const int with_collector = bool_opt(L, 1, "collector", 1);
-
   gcpressure_options o;
-  gcpressure_options_init(&o);
-  if (strcmp(backend, "auto") == 0) o.backend = GCPRESSURE_BACKEND_AUTO;
-  else if (strcmp(backend, "host") == 0) o.backend = GCPRESSURE_BACKEND_HOST;
-  else if (strcmp(backend, "cuda") == 0) o.backend = GCPRESSURE_BACKEND_CUDA;
-  else if (strcmp(backend, "cuda_async") == 0) o.backend = GCPRESSURE_BACKEND_CUDA_ASYNC;
-  else return luaL_error(L, "gcpressure.new: backend must be auto, host, cuda or cuda_async (got '%s')", backend);
+  option_buffers bufs;
+  read_options(L, 1, &o, &bufs);
+  char mode_buf[32];
+  const char* mode = string_opt(L, 1, "gc_mode", "generational", mode_buf, sizeof mode_buf);
   int gc_mode;
   if (strcmp(mode, "generational") == 0) gc_mode = GEN_MODE;
   else if (strcmp(mode, "incremental") == 0) gc_mode = INC_MODE;
   else return luaL_error(L, "gcpressure.new: gc_mode must be generational or incremental (got '%s')", mode);
-  if (capacity) {
-    char* end = NULL;
-    const unsigned long long c = strtoull(capacity, &end, 10);
-    if (!end || *end || c == 0) return luaL_error(L, "gcpressure.new: host_capacity must be a number of bytes");
-    o.host_capacity = (size_t)c;
-  }
-  o.hard_limit = hard;
-  o.soft_limit = soft;
-  o.policy = policy;
-  o.gc_budget = (double)budget;
-  o.every_n = (int)every_n;
-  o.device = (int)device;
-  o.read_env = read_env;
+  const lua_Number step_kb = number_opt(L, 1, "step_kb", 0);
   if (step_kb < 0 || step_kb > 1 << 20) return luaL_error(L, "gcpressure.new: step_kb out of range");
+  const int with_collector = bool_opt(L, 1, "collector", 1);
 
   heap* h = lua_newuserdatauv(L, sizeof *h, 0);
   memset(h, 0, sizeof *h);
@@ -370,36 +301,12 @@ static int l_new(lua_State* L) {
 
   run_pending_destroys();
   gcpressure_status st = gcpressure_create(&o, &h->a);
-  if (st != GCPRESSURE_OK) {
-    /* UNSUPPORTED: CUDA asked for where there is none; callers may test for it */
-    return luaL_error(L, "gcpressure.new: %s: %s", gcpressure_status_string(st), gcpressure_last_error());
-  }
+  /* UNSUPPORTED: CUDA asked for where there is none; callers may test err.kind */
+  if (st != GCPRESSURE_OK) return lgcp_fail(L, "new", st);
   h->closed = 0;
-  if (with_collector) {
-    gcpressure_collector_callbacks cb;
-    gcpressure_collector_callbacks_init(&cb);
-    cb.context = h;
-    cb.minor = cb_minor;
-    cb.full = cb_full;
-    cb.heap_bytes = cb_heap_bytes;
-    if (gc_mode == INC_MODE) {
-      cb.start_full = cb_start_full;
-      cb.step_full = cb_step_full;
-    }
-    st = gcpressure_set_collector(h->a, &cb);
-    if (st != GCPRESSURE_OK) return fail(L, "new (set_collector)", st);
-  }
-  /* Lua's collector mode is a property of the whole state. */
-  if (gc_mode == GEN_MODE) {
-    lua_gc(L, LUA_GCGEN, 0, 0);
-  } else {
-    int log2_step = 0; /* 0: Lua's step size unchanged */
-    if (step_kb > 0) {
-      log2_step = 10;
-      while (log2_step < 40 && (double)((uint64_t)1 << log2_step) < step_kb * 1024) ++log2_step;
-    }
-    lua_gc(L, LUA_GCINC, 0, 0, log2_step);
-  }
+  if (with_collector) lgcp_register_collector(L, h);
+  lgcp_set_gc_mode(L, gc_mode, step_kb);
+  lgcp_install_counters(L);
 
   size_t need = 0;
   gcpressure_stats_json(h->a, NULL, 0, &need);
@@ -434,14 +341,21 @@ static int heap_close(lua_State* L) {
   if (!h->closed && h->a) {
     if (strcmp(h->policy, "none") != 0) WITH_THREAD(h, L, gcpressure_collect(h->a, 1));
     gcpressure_status st = gcpressure_destroy(h->a);
-    if (st != GCPRESSURE_OK) return fail(L, "close", st);
+    if (st != GCPRESSURE_OK) return lgcp_fail(L, "close", st);
   }
   h->closed = 1;
   return 0;
 }
 
-/* heap:array(n [, value]) — n floats (uninitialised unless value is given) */
-static int new_array(lua_State* L, heap* h, size_t n, size_t bytes) {
+/* After a call that may have collected: deferred work of this module, then
+ * the call's status (raised on failure; 0 otherwise). */
+static int after_call(lua_State* L, gcpressure_status st, const char* what) {
+  run_pending_destroys();
+  lgcp_release_old_sentinel(L);
+  return st == GCPRESSURE_OK ? 0 : lgcp_fail(L, what, st);
+}
+
+int lgcp_new_array(lua_State* L, heap* h, size_t n, size_t bytes) {
   array* arr = lua_newuserdatauv(L, sizeof *arr, 1);
   memset(arr, 0, sizeof *arr);
   luaL_setmetatable(L, ARRAY_MT);
@@ -450,8 +364,7 @@ static int new_array(lua_State* L, heap* h, size_t n, size_t bytes) {
   void* p = NULL;
   gcpressure_status st;
   WITH_THREAD(h, L, st = gcpressure_alloc(h->a, bytes, NULL, &p));
-  run_pending_destroys();
-  if (st != GCPRESSURE_OK) return fail(L, "alloc", st);
+  after_call(L, st, "alloc");
   arr->ptr = p;
   arr->bytes = bytes;
   arr->n = n;
@@ -461,61 +374,94 @@ static int new_array(lua_State* L, heap* h, size_t n, size_t bytes) {
   return 1;
 }
 
-static void fill_floats(array* a, float v);
+/* No array may exceed 2^48 bytes (256 TiB, beyond any device): a larger
+ * request is a mistake, said as "too large", not sent to the allocator. */
+#define MAX_ARRAY_BYTES ((lua_Unsigned)1 << 48)
 
+/* A positive count of `unit`-byte elements at argument i. */
+static size_t count_arg(lua_State* L, int i, size_t unit) {
+  lua_Integer n;
+  if (lua_isinteger(L, i)) {
+    n = lua_tointeger(L, i);
+  } else {
+    const lua_Number x = luaL_checknumber(L, i);
+    if (x >= 0x1p62) luaL_argerror(L, i, "too large (at most 2^48 bytes)");
+    if (x != floor(x)) luaL_argerror(L, i, "must be an integer");
+    n = (lua_Integer)x;
+  }
+  if (n <= 0) luaL_argerror(L, i, unit == 1 ? "size must be positive" : "length must be positive");
+  if ((lua_Unsigned)n > MAX_ARRAY_BYTES / unit) luaL_argerror(L, i, "too large (at most 2^48 bytes)");
+  return (size_t)n;
+}
+
+/* heap:array(n [, value]) — n floats (uninitialised unless value is given) */
 static int heap_array(lua_State* L) {
-  heap* h = check_heap(L, 1);
-  const lua_Integer n = luaL_checkinteger(L, 2);
-  luaL_argcheck(L, n > 0 && (lua_Unsigned)n < ((lua_Unsigned)1 << 46), 2, "length must be positive");
+  heap* h = lgcp_check_heap(L, 1);
+  const size_t n = count_arg(L, 2, sizeof(float));
   const int fill = !lua_isnoneornil(L, 3);
   const float v = fill ? (float)luaL_checknumber(L, 3) : 0.0f;
   lua_settop(L, 2);
-  new_array(L, h, (size_t)n, (size_t)n * sizeof(float));
-  if (fill) fill_floats(lua_touserdata(L, -1), v);
+  lgcp_new_array(L, h, n, n * sizeof(float));
+  if (fill) lgcp_fill_floats(lua_touserdata(L, -1), v);
   return 1;
 }
 
 /* heap:alloc(nbytes) — raw bytes (length nbytes / 4 floats) */
 static int heap_alloc(lua_State* L) {
-  heap* h = check_heap(L, 1);
-  const lua_Integer n = luaL_checkinteger(L, 2);
-  luaL_argcheck(L, n > 0, 2, "size must be positive");
-  return new_array(L, h, (size_t)n / sizeof(float), (size_t)n);
+  heap* h = lgcp_check_heap(L, 1);
+  const size_t n = count_arg(L, 2, 1);
+  return lgcp_new_array(L, h, n / sizeof(float), n);
 }
 
 static int heap_simple(lua_State* L, gcpressure_status (*fn)(gcpressure_allocator*), const char* what) {
-  heap* h = check_heap(L, 1);
+  heap* h = lgcp_check_heap(L, 1);
   gcpressure_status st;
   WITH_THREAD(h, L, st = fn(h->a));
-  run_pending_destroys();
-  if (st != GCPRESSURE_OK) return fail(L, what, st);
-  return 0;
+  return after_call(L, st, what);
 }
 
 static int heap_iteration(lua_State* L) { return heap_simple(L, gcpressure_iteration, "iteration"); }
-static int heap_quiet_moment(lua_State* L) { return heap_simple(L, gcpressure_quiet_moment, "quiet_moment"); }
 static int heap_drain(lua_State* L) { return heap_simple(L, gcpressure_drain, "drain"); }
 static int heap_trim(lua_State* L) { return heap_simple(L, gcpressure_trim, "trim"); }
 
-/* heap:collect([full]) */
-static int heap_collect(lua_State* L) {
-  heap* h = check_heap(L, 1);
-  const int full = lua_toboolean(L, 2);
+/* heap:quiet_moment([will_block]): a hint; will_block = the host is about to
+ * wait for the device (when the wait cannot go through heap:synchronize). */
+static int heap_quiet_moment(lua_State* L) {
+  heap* h = lgcp_check_heap(L, 1);
   gcpressure_status st;
-  WITH_THREAD(h, L, st = gcpressure_collect(h->a, full));
-  run_pending_destroys();
-  if (st != GCPRESSURE_OK) return fail(L, "collect", st);
-  return 0;
+  WITH_THREAD(h, L, st = gcpressure_quiet_moment_ex(h->a, lua_toboolean(L, 2)));
+  return after_call(L, st, "quiet_moment");
 }
 
-static int heap_stats(lua_State* L) { return push_stats(L, check_heap(L, 1)); }
+/* heap:synchronize([stream]): waits for the work queued on `stream` (nil:
+ * the default stream; a light userdata or an integer address: a
+ * cudaStream_t) and lets the policy collect while that work runs. */
+static int heap_synchronize(lua_State* L) {
+  heap* h = lgcp_check_heap(L, 1);
+  void* stream = NULL;
+  if (lua_type(L, 2) == LUA_TLIGHTUSERDATA) stream = lua_touserdata(L, 2);
+  else if (!lua_isnoneornil(L, 2)) stream = (void*)(uintptr_t)luaL_checkinteger(L, 2);
+  gcpressure_status st;
+  WITH_THREAD(h, L, st = gcpressure_synchronize(h->a, stream));
+  return after_call(L, st, "synchronize");
+}
+
+/* heap:collect([full]) */
+static int heap_collect(lua_State* L) {
+  heap* h = lgcp_check_heap(L, 1);
+  gcpressure_status st;
+  WITH_THREAD(h, L, st = gcpressure_collect(h->a, lua_toboolean(L, 2)));
+  return after_call(L, st, "collect");
+}
+
+static int heap_stats(lua_State* L) { return push_stats(L, lgcp_check_heap(L, 1)); }
 
 /* heap:usage() -> live, reserved */
 static int heap_usage(lua_State* L) {
-  heap* h = check_heap(L, 1);
+  heap* h = lgcp_check_heap(L, 1);
   size_t live = 0, reserved = 0;
   gcpressure_status st = gcpressure_usage(h->a, &live, &reserved);
-  if (st != GCPRESSURE_OK) return fail(L, "usage", st);
+  if (st != GCPRESSURE_OK) return lgcp_fail(L, "usage", st);
   lua_pushinteger(L, (lua_Integer)live);
   lua_pushinteger(L, (lua_Integer)reserved);
   return 2;
@@ -523,35 +469,44 @@ static int heap_usage(lua_State* L) {
 
 /* heap:set_limits(soft, hard) in bytes; 0 or nil leaves one unchanged */
 static int heap_set_limits(lua_State* L) {
-  heap* h = check_heap(L, 1);
+  heap* h = lgcp_check_heap(L, 1);
   const lua_Integer soft = luaL_optinteger(L, 2, 0), hard = luaL_optinteger(L, 3, 0);
   luaL_argcheck(L, soft >= 0, 2, "negative");
   luaL_argcheck(L, hard >= 0, 3, "negative");
   gcpressure_status st = gcpressure_set_limits(h->a, (size_t)soft, (size_t)hard);
-  if (st != GCPRESSURE_OK) return fail(L, "set_limits", st);
+  if (st != GCPRESSURE_OK) return lgcp_fail(L, "set_limits", st);
   return 0;
 }
 
-/* heap:info() -> {backend, policy, gc_mode, minor_calls, full_calls, step_calls, gc_errors} */
+static void set_int(lua_State* L, const char* key, unsigned long long v) {
+  lua_pushinteger(L, (lua_Integer)v);
+  lua_setfield(L, -2, key);
+}
+
+/* heap:info() -> {backend, policy, gc_mode, on_device, minor_calls, full_calls,
+ * step_calls, gc_errors, lua_collections, lua_full_collections} (the last two:
+ * Lua's own cycles, Note [Counting Lua's own collections]) */
 static int heap_info(lua_State* L) {
-  heap* h = check_heap(L, 1);
-  lua_createtable(L, 0, 8);
+  heap* h = lgcp_check_heap(L, 1);
+  lgcp_release_old_sentinel(L);
+  lua_createtable(L, 0, 10);
   lua_pushstring(L, h->backend);
   lua_setfield(L, -2, "backend");
   lua_pushstring(L, h->policy);
   lua_setfield(L, -2, "policy");
   lua_pushstring(L, h->mode == GEN_MODE ? "generational" : "incremental");
   lua_setfield(L, -2, "gc_mode");
-  lua_pushinteger(L, (lua_Integer)h->minor_calls);
-  lua_setfield(L, -2, "minor_calls");
-  lua_pushinteger(L, (lua_Integer)h->full_calls);
-  lua_setfield(L, -2, "full_calls");
-  lua_pushinteger(L, (lua_Integer)h->step_calls);
-  lua_setfield(L, -2, "step_calls");
-  lua_pushinteger(L, (lua_Integer)h->gc_errors);
-  lua_setfield(L, -2, "gc_errors");
   lua_pushboolean(L, h->on_device);
   lua_setfield(L, -2, "on_device");
+  set_int(L, "minor_calls", h->minor_calls);
+  set_int(L, "full_calls", h->full_calls);
+  set_int(L, "step_calls", h->step_calls);
+  set_int(L, "gc_errors", h->gc_errors);
+  unsigned long long own = 0, own_full = 0;
+  lgcp_own_counts(L, h->mode, &own, &own_full);
+  set_int(L, "lua_collections", own);
+  set_int(L, "lua_full_collections", own_full);
+  set_int(L, "lua_cycles_all", lgcp_all_cycles(L));
   return 1;
 }
 
@@ -563,225 +518,10 @@ static int heap_tostring(lua_State* L) {
   return 1;
 }
 
-/* --- compute ------------------------------------------------------------
- * Host backend: CPU loops on the (host-addressable) device pointer. CUDA
- * backend: the memory traffic is the same, the arithmetic is replaced by a
- * cudaMemsetAsync on the default stream (this module has no kernels). */
-
-static void fill_floats(array* a, float v) {
-#ifdef GCPRESSURE_LUA_CUDA
-  if (a->on_device) {
-    if (v == 0.0f) {
-      cudaMemsetAsync(a->ptr, 0, a->bytes, 0);
-      return;
-    }
-    float* tmp = malloc(a->n * sizeof(float));
-    if (!tmp) return;
-    for (size_t i = 0; i < a->n; ++i) tmp[i] = v;
-    cudaMemcpy(a->ptr, tmp, a->n * sizeof(float), cudaMemcpyHostToDevice);
-    free(tmp);
-    return;
-  }
-#endif
-  float* x = a->ptr;
-  for (size_t i = 0; i < a->n; ++i) x[i] = v;
-}
-
-static int device_memset(array* a) {
-#ifdef GCPRESSURE_LUA_CUDA
-  if (a->on_device) {
-    cudaMemsetAsync(a->ptr, 0, a->bytes, 0);
-    return 1;
-  }
-#endif
-  (void)a;
-  return 0;
-}
-
-/* a:fill(v) -> a */
-static int array_fill(lua_State* L) {
-  array* a = check_array(L, 1);
-  fill_floats(a, (float)luaL_checknumber(L, 2));
-  lua_settop(L, 1);
-  return 1;
-}
-
-/* a:fill_random(seed, scale) -> a : uniform in [-scale, scale) */
-static int array_fill_random(lua_State* L) {
-  array* a = check_array(L, 1);
-  uint64_t s = (uint64_t)luaL_optinteger(L, 2, 1) * 0x9e3779b97f4a7c15ULL + 1;
-  const float scale = (float)luaL_optnumber(L, 3, 1.0);
-  float* x = a->on_device ? malloc(a->n * sizeof(float)) : a->ptr;
-  if (!x) return luaL_error(L, "gcpressure: out of host memory");
-  for (size_t i = 0; i < a->n; ++i) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    x[i] = scale * ((float)(s >> 40) / (float)(1 << 23) - 1.0f);
-  }
-#ifdef GCPRESSURE_LUA_CUDA
-  if (a->on_device) {
-    cudaMemcpy(a->ptr, x, a->n * sizeof(float), cudaMemcpyHostToDevice);
-    free(x);
-  }
-#endif
-  lua_settop(L, 1);
-  return 1;
-}
-
-static void read_floats(array* a, size_t first, size_t count, float* out) {
-#ifdef GCPRESSURE_LUA_CUDA
-  if (a->on_device) {
-    cudaMemcpy(out, (float*)a->ptr + first, count * sizeof(float), cudaMemcpyDeviceToHost);
-    return;
-  }
-#endif
-  memcpy(out, (float*)a->ptr + first, count * sizeof(float));
-}
-
-/* a:get(i), 1-based */
-static int array_get(lua_State* L) {
-  array* a = check_array(L, 1);
-  const lua_Integer i = luaL_checkinteger(L, 2);
-  luaL_argcheck(L, i >= 1 && (size_t)i <= a->n, 2, "index out of range");
-  float v;
-  read_floats(a, (size_t)(i - 1), 1, &v);
-  lua_pushnumber(L, v);
-  return 1;
-}
-
-/* a:set(i, v), 1-based */
-static int array_set(lua_State* L) {
-  array* a = check_array(L, 1);
-  const lua_Integer i = luaL_checkinteger(L, 2);
-  luaL_argcheck(L, i >= 1 && (size_t)i <= a->n, 2, "index out of range");
-  const float v = (float)luaL_checknumber(L, 3);
-#ifdef GCPRESSURE_LUA_CUDA
-  if (a->on_device) {
-    cudaMemcpy((float*)a->ptr + (i - 1), &v, sizeof v, cudaMemcpyHostToDevice);
-    return 0;
-  }
-#endif
-  ((float*)a->ptr)[i - 1] = v;
-  return 0;
-}
-
-/* a:sum() */
-static int array_sum(lua_State* L) {
-  array* a = check_array(L, 1);
-  double s = 0;
-  float buf[1024];
-  for (size_t i = 0; i < a->n; i += 1024) {
-    const size_t c = a->n - i < 1024 ? a->n - i : 1024;
-    read_floats(a, i, c, buf);
-    for (size_t k = 0; k < c; ++k) s += buf[k];
-  }
-  lua_pushnumber(L, s);
-  return 1;
-}
-
-/* heap:matmul(W, X, m, k, n) -> Y = W (m x k) * X (k x n), row-major, a new array */
-static int heap_matmul(lua_State* L) {
-  heap* h = check_heap(L, 1);
-  array* w = check_array(L, 2);
-  array* x = check_array(L, 3);
-  const lua_Integer m = luaL_checkinteger(L, 4), k = luaL_checkinteger(L, 5), n = luaL_checkinteger(L, 6);
-  luaL_argcheck(L, m > 0 && k > 0 && n > 0, 4, "dimensions must be positive");
-  luaL_argcheck(L, w->n >= (size_t)(m * k), 2, "W is smaller than m x k");
-  luaL_argcheck(L, x->n >= (size_t)(k * n), 3, "X is smaller than k x n");
-  new_array(L, h, (size_t)(m * n), (size_t)(m * n) * sizeof(float));
-  array* y = lua_touserdata(L, -1);
-  if (device_memset(y)) return 1;
-  const float* W = w->ptr;
-  const float* X = x->ptr;
-  float* Y = y->ptr;
-  for (lua_Integer i = 0; i < m; ++i) {
-    float* yi = Y + i * n;
-    for (lua_Integer j = 0; j < n; ++j) yi[j] = 0;
-    for (lua_Integer p = 0; p < k; ++p) {
-      const float wip = W[i * k + p];
-      const float* xp = X + p * n;
-      for (lua_Integer j = 0; j < n; ++j) yi[j] += wip * xp[j];
-    }
-  }
-  return 1;
-}
-
-/* heap:bias_relu(T, b, m, n) -> Y = relu.(T .+ b), T m x n, b of length m, a new array */
-static int heap_bias_relu(lua_State* L) {
-  heap* h = check_heap(L, 1);
-  array* t = check_array(L, 2);
-  array* b = check_array(L, 3);
-  const lua_Integer m = luaL_checkinteger(L, 4), n = luaL_checkinteger(L, 5);
-  luaL_argcheck(L, m > 0 && n > 0, 4, "dimensions must be positive");
-  luaL_argcheck(L, t->n >= (size_t)(m * n), 2, "T is smaller than m x n");
-  luaL_argcheck(L, b->n >= (size_t)m, 3, "b is shorter than m");
-  new_array(L, h, (size_t)(m * n), (size_t)(m * n) * sizeof(float));
-  array* y = lua_touserdata(L, -1);
-  if (device_memset(y)) return 1;
-  const float* T = t->ptr;
-  const float* B = b->ptr;
-  float* Y = y->ptr;
-  for (lua_Integer i = 0; i < m; ++i) {
-    const float bi = B[i];
-    for (lua_Integer j = 0; j < n; ++j) {
-      const float v = T[i * n + j] + bi;
-      Y[i * n + j] = v > 0 ? v : 0;
-    }
-  }
-  return 1;
-}
-
-/* --- array methods ------------------------------------------------------ */
-
-/* __gc: the only thing a finalizer may do (Note [Lua arrays]) */
-static int array_gc(lua_State* L) {
-  array* a = luaL_checkudata(L, 1, ARRAY_MT);
-  if (a->ptr) gcpressure_release_from_finalizer(a->a, a->ptr, a->bytes, NULL);
-  a->ptr = NULL;
-  return 0;
-}
-
-/* a:free() — frees now (the later __gc does nothing); a second free is an error */
-static int array_free(lua_State* L) {
-  array* a = luaL_checkudata(L, 1, ARRAY_MT);
-  if (!a->ptr) return luaL_error(L, "gcpressure: array freed twice");
-  if (a->h->closed) return luaL_error(L, "gcpressure: array freed after its heap was closed");
-  gcpressure_status st = gcpressure_free(a->a, a->ptr, a->bytes, NULL);
-  a->ptr = NULL;
-  if (st != GCPRESSURE_OK) return fail(L, "free", st);
-  return 0;
-}
-
-static int array_len(lua_State* L) {
-  array* a = luaL_checkudata(L, 1, ARRAY_MT);
-  lua_pushinteger(L, a->ptr ? (lua_Integer)a->n : 0);
-  return 1;
-}
-
-static int array_bytes(lua_State* L) {
-  array* a = luaL_checkudata(L, 1, ARRAY_MT);
-  lua_pushinteger(L, a->ptr ? (lua_Integer)a->bytes : 0);
-  return 1;
-}
-
-static int array_is_live(lua_State* L) {
-  array* a = luaL_checkudata(L, 1, ARRAY_MT);
-  lua_pushboolean(L, a->ptr != NULL);
-  return 1;
-}
-
-static int array_tostring(lua_State* L) {
-  array* a = luaL_checkudata(L, 1, ARRAY_MT);
-  if (a->ptr) lua_pushfstring(L, "gcpressure.array (%I floats, %p)", (lua_Integer)a->n, a->ptr);
-  else lua_pushstring(L, "gcpressure.array (freed)");
-  return 1;
-}
-
 /* --- module ------------------------------------------------------------- */
 
 static int l_now(lua_State* L) {
-  lua_pushnumber(L, now_seconds());
+  lua_pushnumber(L, lgcp_now());
   return 1;
 }
 
@@ -793,10 +533,11 @@ static int l_version(lua_State* L) {
 static const luaL_Reg heap_methods[] = {
     {"array", heap_array},
     {"alloc", heap_alloc},
-    {"matmul", heap_matmul},
-    {"bias_relu", heap_bias_relu},
+    {"matmul", lgcp_heap_matmul},
+    {"bias_relu", lgcp_heap_bias_relu},
     {"iteration", heap_iteration},
     {"quiet_moment", heap_quiet_moment},
+    {"synchronize", heap_synchronize},
     {"collect", heap_collect},
     {"drain", heap_drain},
     {"trim", heap_trim},
@@ -808,12 +549,6 @@ static const luaL_Reg heap_methods[] = {
     {NULL, NULL},
 };
 
-static const luaL_Reg array_methods[] = {
-    {"fill", array_fill},       {"fill_random", array_fill_random}, {"get", array_get},
-    {"set", array_set},         {"sum", array_sum},                 {"free", array_free},
-    {"bytes", array_bytes},     {"is_live", array_is_live},         {NULL, NULL},
-};
-
 static const luaL_Reg functions[] = {
     {"new", l_new},
     {"now", l_now},
@@ -821,29 +556,28 @@ static const luaL_Reg functions[] = {
     {NULL, NULL},
 };
 
+/* A metatable `name` with __index = methods (if any) and the given metamethods. */
+static void new_metatable(lua_State* L, const char* name, const luaL_Reg* methods, const luaL_Reg* meta) {
+  if (luaL_newmetatable(L, name)) {
+    if (methods) {
+      lua_newtable(L);
+      luaL_setfuncs(L, methods, 0);
+      lua_setfield(L, -2, "__index");
+    }
+    luaL_setfuncs(L, meta, 0);
+  }
+  lua_pop(L, 1);
+}
+
 __attribute__((visibility("default"))) int luaopen_gcpressure(lua_State* L) {
-  if (luaL_newmetatable(L, HEAP_MT)) {
-    luaL_newlib(L, heap_methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, heap_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, heap_close);
-    lua_setfield(L, -2, "__close");
-    lua_pushcfunction(L, heap_tostring);
-    lua_setfield(L, -2, "__tostring");
-  }
-  lua_pop(L, 1);
-  if (luaL_newmetatable(L, ARRAY_MT)) {
-    luaL_newlib(L, array_methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, array_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, array_len);
-    lua_setfield(L, -2, "__len");
-    lua_pushcfunction(L, array_tostring);
-    lua_setfield(L, -2, "__tostring");
-  }
-  lua_pop(L, 1);
+  static const luaL_Reg heap_meta[] = {
+      {"__gc", heap_gc}, {"__close", heap_close}, {"__tostring", heap_tostring}, {NULL, NULL}};
+  static const luaL_Reg array_meta[] = {
+      {"__gc", lgcp_array_gc}, {"__len", lgcp_array_len}, {"__tostring", lgcp_array_tostring}, {NULL, NULL}};
+  static const luaL_Reg error_meta[] = {{"__tostring", error_tostring}, {NULL, NULL}};
+  new_metatable(L, HEAP_MT, heap_methods, heap_meta);
+  new_metatable(L, ARRAY_MT, lgcp_array_methods, array_meta);
+  new_metatable(L, ERROR_MT, NULL, error_meta);
   luaL_newlib(L, functions);
   lua_pushfstring(L, "gcpressure %s (Lua module)", gcpressure_version());
   lua_setfield(L, -2, "_VERSION");
@@ -857,3 +591,4 @@ __attribute__((visibility("default"))) int luaopen_gcpressure(lua_State* L) {
   lua_setfield(L, -2, "with_cuda");
   return 1;
 }
+

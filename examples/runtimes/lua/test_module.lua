@@ -25,13 +25,19 @@ check(gcpressure._VERSION:find("gcpressure", 1, true), "_VERSION")
 -- options and their errors
 raises(function() gcpressure.new{ backend = "quantum" } end, "backend must be", "bad backend")
 raises(function() gcpressure.new{ gc_mode = "psychic" } end, "gc_mode must be", "bad gc_mode")
-raises(function() gcpressure.new{ backend = "host", policy = "bogus" } end, "unknown policy 'bogus'", "bad policy")
+local perr = raises(function() gcpressure.new{ backend = "host", policy = "bogus" } end, "unknown policy 'bogus'",
+  "bad policy")
+check(type(perr) == "table" and perr.kind == "invalid", "bad policy: error kind invalid")
+raises(function() gcpressure.new{ backend = "host", hard_limt = "8MiB" } end, "unknown option 'hard_limt'",
+  "misspelt option key")
+raises(function() gcpressure.new{ backend = "host", [1] = "x" } end, "option keys must be strings", "array-part option")
 raises(function() gcpressure.new{ backend = "host", hard_limit = "lots" } end, "lots", "bad hard limit")
 raises(function() gcpressure.new{ backend = "host", hard_limit = {} } end, "must be a number of bytes", "bad size type")
 do -- CUDA where there is none: unsupported (only asserted without a GPU)
   local ok, err = pcall(gcpressure.new, { backend = "cuda" })
   if not ok then
-    check(err:find("unsupported", 1, true) or err:find("needs the module built", 1, true), "cuda without a GPU: " .. err)
+    check(type(err) == "table" and err.kind == "unsupported" or tostring(err):find("needs the module built", 1, true),
+      "cuda without a GPU: " .. tostring(err))
   end
 end
 
@@ -53,6 +59,11 @@ check(math.abs(a:sum() - (999 * 2.5 - 1)) < 1e-3, "sum")
 raises(function() a:get(0) end, "index out of range", "index 0")
 raises(function() a:get(1001) end, "index out of range", "index past the end")
 raises(function() heap:array(0) end, "length must be positive", "zero-length array")
+raises(function() heap:array(-3) end, "length must be positive", "negative length")
+raises(function() heap:array(2^60) end, "too large", "heap:array(2^60)")
+raises(function() heap:array(2^70) end, "too large", "heap:array(2^70) (no integer representation)")
+raises(function() heap:array(1.5) end, "must be an integer", "fractional length")
+raises(function() heap:alloc(2^60) end, "too large", "heap:alloc(2^60)")
 raises(function() heap:alloc(0) end, "size must be positive", "zero-byte alloc")
 local live = heap:usage()
 check(live == 4000, "usage after one array: " .. live)
@@ -137,6 +148,11 @@ check(bare:info().policy == "none", "no collector")
 local keep = {}
 local err = raises(function() for i = 1, 100 do keep[i] = bare:array(256 * 1024) end end, "out of memory", "OOM")
 check(tostring(err):find("hard limit", 1, true), "OOM report mentions the hard limit")
+-- Note [Lua error values]: a value to test, not only a message to match
+check(type(err) == "table" and err.kind == "out_of_memory", "OOM error kind: " .. tostring(type(err) == "table" and err.kind))
+check(getmetatable(err) and tostring(err) == err.message and err.message:find("out of memory", 1, true),
+  "tostring(OOM error) is its message")
+check(type(err) == "table" and type(err.status) == "string", "OOM error status")
 raises(function() bare:collect() end, "no collector", "collect without a collector")
 keep = nil
 
@@ -162,6 +178,78 @@ raises(function() orphan:get(1) end, "heap was closed", "array after its heap cl
 orphan = nil
 do local h3 <close> = gcpressure.new{ backend = "host", hard_limit = "8MiB" }; h3:array(4) end -- __close
 collectgarbage("collect")
+
+-- the sync hint and quiet_moment(will_block) (issue 11)
+do
+  local hs = gcpressure.new{ backend = "host", hard_limit = "16MiB" }
+  local before = count(hs:stats(), "syncs") or 0
+  for i = 1, 64 do
+    local g = hs:array(64 * 1024)
+    hs:iteration()
+    hs:synchronize()
+    if i % 8 == 0 then hs:quiet_moment(true) end
+    hs:quiet_moment()
+  end
+  hs:synchronize(nil)
+  raises(function() hs:synchronize("stream") end, "number expected", "synchronize: bad stream")
+  local s2 = hs:stats()
+  check(count(s2, "ooms") == 0, "synchronize: no OOM")
+  check(count(s2, "syncs") == nil or count(s2, "syncs") >= before + 65, "synchronize counted by the policy")
+  -- from a __gc (inside a collection): refused, as every hint is
+  local seen_sync
+  collectgarbage("stop")
+  do setmetatable({}, { __gc = function() seen_sync = select(2, pcall(hs.synchronize, hs)) end }) end
+  hs:collect()
+  collectgarbage("restart")
+  check(type(seen_sync) == "table" and seen_sync.kind == "busy", "synchronize inside a collection: busy")
+  hs:close()
+  raises(function() hs:synchronize() end, "closed", "synchronize after close")
+end
+
+-- Lua's own collections, counted by sentinels (Note [Counting Lua's own collections])
+do
+  local hc = gcpressure.new{ backend = "host", hard_limit = "16MiB" } -- generational
+  local i0 = hc:info()
+  collectgarbage("step") -- one young collection in generational mode
+  local i1 = hc:info()
+  check(i1.lua_collections == i0.lua_collections + 1, "a young collection of Lua's own counts once: "
+    .. i0.lua_collections .. " -> " .. i1.lua_collections)
+  hc:collect()          -- the policy's: not Lua's own
+  hc:collect(true)
+  local i2 = hc:info()
+  check(i2.lua_collections == i1.lua_collections, "collections the policy asked for are not Lua's own")
+  check(i2.lua_cycles_all >= i1.lua_cycles_all + 2, "... but they are cycles")
+  for _ = 1, 3 do collectgarbage("step"); hc:info() end -- the old sentinel ages, then is let go
+  local i3 = hc:info()
+  collectgarbage("collect") -- a major collection of Lua's own
+  local i4 = hc:info()
+  check(i4.lua_full_collections == i3.lua_full_collections + 1, "a major collection of Lua's own counts as whole-heap: "
+    .. i3.lua_full_collections .. " -> " .. i4.lua_full_collections)
+  check(i4.lua_collections == i3.lua_collections + 1, "... and as a collection")
+  hc:close()
+end
+
+-- The environment is the default layer; explicit options override it (issue 12)
+do
+  local lua = arg[-1] or "lua5.4"
+  local code = [[local g = require "gcpressure"
+    local h = g.new(%s)
+    local s = h:stats()
+    io.write(s:match('"hard_limit":(%%d+)'), " ", s:match('"policy":"(%%w*)"'))]]
+  local function run(env, opts)
+    local f = assert(io.popen(string.format("env %s %q -e %q 2>&1", env, lua, string.format(code, opts))))
+    local out = f:read("a")
+    f:close()
+    return out
+  end
+  local out = run("GCPRESSURE_BACKEND=host GCPRESSURE_HARD_LIMIT=12MiB GCPRESSURE_POLICY=at_limit", "{}")
+  check(out == tostring(12 * 1024 * 1024) .. " at_limit", "environment as defaults: " .. out)
+  out = run("GCPRESSURE_BACKEND=host GCPRESSURE_HARD_LIMIT=12MiB GCPRESSURE_POLICY=at_limit",
+    "{hard_limit = '20MiB', policy = 'cudajl'}")
+  check(out == tostring(20 * 1024 * 1024) .. " cudajl", "explicit options override the environment: " .. out)
+  out = run("GCPRESSURE_BACKEND=host GCPRESSURE_HARD_LIMIT=lots", "{}")
+  check(out:find("GCPRESSURE_HARD_LIMIT", 1, true) ~= nil, "a bad environment value names the variable: " .. out)
+end
 
 print(string.format("%d passed, %d failed", passed, failed))
 os.exit(failed == 0 and 0 or 1)
