@@ -170,9 +170,23 @@ TEST(Types, BackendNames) {
 
 // --- config_from_env --------------------------------------------------------
 
-TEST(ConfigFromEnv, NoVariablesGivesBase) {
-  env_guard env;
-  const config d = config_from_env();
+namespace {
+// Every variable, to a value that is not its default.
+void set_every_variable(env_guard& env) {
+  env.set("GCPRESSURE_SOFT_LIMIT", "512MiB");
+  env.set("GCPRESSURE_HARD_LIMIT", "80%");
+  env.set("GCPRESSURE_BACKEND", "host");
+  env.set("GCPRESSURE_POLICY", "every_iteration");
+  env.set("GCPRESSURE_GC_BUDGET", "0.1");
+  env.set("GCPRESSURE_DEVICE", "1");
+  env.set("GCPRESSURE_HOST_CAPACITY", "1GiB");
+  env.set("GCPRESSURE_POOL", "0");
+  env.set("GCPRESSURE_ASYNC_RELEASE_THRESHOLD", "64MiB");
+  env.set("GCPRESSURE_EVERY_N", "4");
+  env.set("GCPRESSURE_VERBOSE", "1");
+}
+
+void expect_built_in_defaults(const config& d) {
   const config ref{};
   EXPECT_EQ(d.backend, ref.backend);
   EXPECT_EQ(d.device, ref.device);
@@ -185,6 +199,12 @@ TEST(ConfigFromEnv, NoVariablesGivesBase) {
   EXPECT_DOUBLE_EQ(d.gc_budget, ref.gc_budget);
   EXPECT_EQ(d.every_n, ref.every_n);
   EXPECT_EQ(d.verbose, ref.verbose);
+}
+}  // namespace
+
+TEST(ConfigFromEnv, NoVariablesGivesBase) {
+  env_guard env;
+  expect_built_in_defaults(config_from_env());
 
   config base;
   base.policy = "custom_policy";
@@ -198,17 +218,7 @@ TEST(ConfigFromEnv, NoVariablesGivesBase) {
 
 TEST(ConfigFromEnv, ReadsEveryVariable) {
   env_guard env;
-  env.set("GCPRESSURE_SOFT_LIMIT", "512MiB");
-  env.set("GCPRESSURE_HARD_LIMIT", "80%");
-  env.set("GCPRESSURE_BACKEND", "host");
-  env.set("GCPRESSURE_POLICY", "every_iteration");
-  env.set("GCPRESSURE_GC_BUDGET", "0.1");
-  env.set("GCPRESSURE_DEVICE", "1");
-  env.set("GCPRESSURE_HOST_CAPACITY", "1GiB");
-  env.set("GCPRESSURE_POOL", "0");
-  env.set("GCPRESSURE_ASYNC_RELEASE_THRESHOLD", "64MiB");
-  env.set("GCPRESSURE_EVERY_N", "4");
-  env.set("GCPRESSURE_VERBOSE", "1");
+  set_every_variable(env);
 
   const config c = config_from_env();
   EXPECT_EQ(c.soft_limit.bytes, 512 * MiB);
@@ -352,3 +362,223 @@ TEST(AllocatorOptions, CudaBackendWithoutCudaIsLogicError) {
   EXPECT_THROW((void)make_resource(o), gcpressure::logic_error);
 }
 #endif
+
+// --- one vocabulary for backends ---------------------------------------------
+
+TEST(Backend, ParseAndNameRoundTrip) {
+  for (backend_choice b :
+       {backend_choice::automatic, backend_choice::host, backend_choice::cuda, backend_choice::cuda_async})
+    EXPECT_EQ(parse_backend(to_string(b)), b) << to_string(b);
+  EXPECT_EQ(parse_backend(" CUDA_Async "), backend_choice::cuda_async);
+  EXPECT_STREQ(to_string(backend_choice::automatic), "auto");
+}
+
+TEST(Backend, BadNameListsTheVocabulary) {
+  try {
+    (void)parse_backend("gpu", "--backend");
+    ADD_FAILURE() << "accepted";
+  } catch (const gcpressure::logic_error& e) {
+    for (const char* word : {"--backend", "'gpu'", "auto", "host", "cuda (cudaMalloc)", "cuda_async (cudaMallocAsync)"})
+      EXPECT_TRUE(contains(e.what(), word)) << word << " missing: " << e.what();
+  }
+}
+
+// --- one default for the simulated device -----------------------------------------
+
+TEST(HostCapacity, OneDefaultEverywhere) {
+  EXPECT_EQ(default_host_capacity, 16 * GiB);
+  EXPECT_EQ(config{}.host_capacity, default_host_capacity);
+  EXPECT_EQ(allocator_options{}.host_capacity, default_host_capacity);
+  env_guard env;
+  EXPECT_EQ(allocator_options::from_config(resolve_config()).host_capacity, default_host_capacity);
+  bool documented = false;
+  for (const option_info* t = options_table(); t->env; ++t)
+    if (std::string(t->env) == "GCPRESSURE_HOST_CAPACITY") documented = parse_size(t->default_value).bytes == 16 * GiB;
+  EXPECT_TRUE(documented) << "the options table documents another default";
+}
+
+// --- the environment is the default layer ------------------------------------------
+
+TEST(ResolveConfig, NothingSetGivesBuiltInDefaults) {
+  env_guard env;
+  expect_built_in_defaults(resolve_config());
+}
+
+TEST(ResolveConfig, UnsetFieldsComeFromTheEnvironment) {
+  env_guard env;
+  env.set("GCPRESSURE_HARD_LIMIT", "3GiB");
+  env.set("GCPRESSURE_POLICY", "at_limit");
+  env.set("GCPRESSURE_BACKEND", "host");
+  options o;
+  o.gc_budget = 0.2;  // set explicitly; the rest left unset
+  const config c = resolve_config(o);
+  EXPECT_EQ(c.hard_limit.bytes, 3 * GiB);
+  EXPECT_EQ(c.policy, "at_limit");
+  EXPECT_EQ(c.backend, backend_choice::host);
+  EXPECT_DOUBLE_EQ(c.gc_budget, 0.2);
+  EXPECT_EQ(c.every_n, config{}.every_n);
+}
+
+TEST(ResolveConfig, ExplicitOptionsOverrideTheEnvironment) {
+  env_guard env;
+  set_every_variable(env);
+  options o;
+  o.backend = backend_choice::automatic;
+  o.device = 0;
+  o.host_capacity = 512 * MiB;
+  o.soft_limit = parse_size("50%");
+  o.hard_limit = parse_size("256MiB");
+  o.pool = true;
+  o.async_release_threshold = 0;
+  o.policy = "pressure";
+  o.gc_budget = 0.05;
+  o.every_n = 1;
+  o.verbose = false;
+  const config c = resolve_config(o);
+  EXPECT_EQ(c.backend, backend_choice::automatic);
+  EXPECT_EQ(c.device, 0);
+  EXPECT_EQ(c.host_capacity, 512 * MiB);
+  EXPECT_DOUBLE_EQ(c.soft_limit.percent, 50.0);
+  EXPECT_EQ(c.hard_limit.bytes, 256 * MiB);
+  EXPECT_TRUE(c.pool);
+  EXPECT_EQ(c.async_release_threshold, 0u);
+  EXPECT_EQ(c.policy, "pressure");
+  EXPECT_DOUBLE_EQ(c.gc_budget, 0.05);
+  EXPECT_EQ(c.every_n, 1);
+  EXPECT_FALSE(c.verbose);
+}
+
+TEST(ResolveConfig, BadEnvironmentFailsEvenWhenTheOptionIsSet) {
+  // A bad value fails at start-up, naming the variable, whatever the program sets.
+  env_guard env;
+  env.set("GCPRESSURE_GC_BUDGET", "lots");
+  options o;
+  o.gc_budget = 0.1;
+  EXPECT_THROW((void)resolve_config(o), gcpressure::logic_error);
+}
+
+namespace {
+void expect_bad_option(const options& o, const char* field) {
+  SCOPED_TRACE(field);
+  try {
+    (void)apply_options(o, config{});
+    ADD_FAILURE() << "accepted";
+  } catch (const gcpressure::logic_error& e) {
+    EXPECT_TRUE(contains(e.what(), std::string("options.") + field)) << e.what();
+  }
+}
+}  // namespace
+
+TEST(ApplyOptions, BadExplicitValuesNameTheOption) {
+  options o;
+  o.device = -1;
+  expect_bad_option(o, "device");
+  o = {};
+  o.host_capacity = 0;
+  expect_bad_option(o, "host_capacity");
+  o = {};
+  o.policy = "presure";
+  expect_bad_option(o, "policy");
+  o = {};
+  o.gc_budget = 0;
+  expect_bad_option(o, "gc_budget");
+  o = {};
+  o.gc_budget = 1.5;
+  expect_bad_option(o, "gc_budget");
+  o = {};
+  o.every_n = 0;
+  expect_bad_option(o, "every_n");
+  o = {};
+  size_spec pct;
+  pct.percent = 120;
+  o.hard_limit = pct;
+  expect_bad_option(o, "hard_limit");
+}
+
+TEST(ApplyOptions, UnsetOptionsKeepTheBase) {
+  config base;
+  base.policy = "dotnet";
+  base.every_n = 9;
+  const config c = apply_options(options{}, base);
+  EXPECT_EQ(c.policy, "dotnet");
+  EXPECT_EQ(c.every_n, 9);
+}
+
+// --- unknown GCPRESSURE_* variables ----------------------------------------------
+
+namespace {
+// Sets a variable the env_guard does not know about, and removes it after.
+struct extra_env {
+  std::string name;
+  extra_env(std::string n, const char* v) : name(std::move(n)) { ::setenv(name.c_str(), v, 1); }
+  ~extra_env() { ::unsetenv(name.c_str()); }
+};
+}  // namespace
+
+TEST(UnknownEnv, ClosestOptionName) {
+  EXPECT_EQ(detail::closest_option_name("GCPRESSURE_HARD_LIMT"), "GCPRESSURE_HARD_LIMIT");
+  EXPECT_EQ(detail::closest_option_name("GCPRESSURE_POLCY"), "GCPRESSURE_POLICY");
+  EXPECT_EQ(detail::closest_option_name("GCPRESSURE_GCBUDGET"), "GCPRESSURE_GC_BUDGET");
+  EXPECT_EQ(detail::closest_option_name("GCPRESSURE_SOFTLIMIT"), "GCPRESSURE_SOFT_LIMIT");
+  EXPECT_EQ(detail::closest_option_name("GCPRESSURE_ZZZZZZZZZZZZZZZZZ"), "");
+}
+
+TEST(UnknownEnv, MisspellingIsReportedWithTheClosestName) {
+  env_guard env;
+  extra_env typo("GCPRESSURE_HARD_LIMT", "1GiB");
+  extra_env other("GCPRESSURE_QQQQQQQQQQQQQQQ", "1");
+  extra_env tool("GCPRESSURE_TEST_SOMETHING", "1");
+  const auto w = detail::unknown_env_warnings();
+  std::string all;
+  for (const auto& m : w) all += m + "\n";
+  EXPECT_TRUE(contains(all, "GCPRESSURE_HARD_LIMT is not a gcpressure option")) << all;
+  EXPECT_TRUE(contains(all, "did you mean GCPRESSURE_HARD_LIMIT?")) << all;
+  EXPECT_TRUE(contains(all, "GCPRESSURE_QQQQQQQQQQQQQQQ is not a gcpressure option")) << all;
+  EXPECT_FALSE(contains(all, "GCPRESSURE_TEST_SOMETHING")) << all;
+  for (const auto& var : gcp_test::gcpressure_env_vars()) EXPECT_FALSE(contains(all, var + " ")) << all;
+}
+
+TEST(UnknownEnv, WarnsOncePerNameOnStderr) {
+  env_guard env;
+  extra_env typo("GCPRESSURE_VERBOS", "1");  // a name no other test uses
+  testing::internal::CaptureStderr();
+  (void)config_from_env();
+  (void)resolve_config();
+  const std::string err = testing::internal::GetCapturedStderr();
+  std::size_t n = 0;
+  for (std::size_t at = err.find("GCPRESSURE_VERBOS "); at != std::string::npos;
+       at = err.find("GCPRESSURE_VERBOS ", at + 1))
+    ++n;
+  EXPECT_EQ(n, 1u) << err;
+  EXPECT_TRUE(contains(err, "gcpressure: warning: ")) << err;
+  EXPECT_TRUE(contains(err, "did you mean GCPRESSURE_VERBOSE?")) << err;
+}
+
+// --- no absolute source paths in messages -------------------------------------------
+
+TEST(ErrorMessages, ConfigurationErrorsCarryNoSourceLocation) {
+  env_guard env;
+  env.set("GCPRESSURE_POLICY", "nope");
+  try {
+    (void)config_from_env();
+    ADD_FAILURE() << "accepted";
+  } catch (const gcpressure::logic_error& e) {
+    const std::string msg = e.what();
+    EXPECT_FALSE(contains(msg, ".cpp")) << msg;
+    EXPECT_FALSE(contains(msg, "/")) << msg;
+  }
+}
+
+TEST(ErrorMessages, LibraryErrorsNameTheFileRelativeToTheTree) {
+  try {
+    GCPRESSURE_FAIL("test failure");
+    ADD_FAILURE() << "did not throw";
+  } catch (const gcpressure::logic_error& e) {
+    const std::string msg = e.what();
+    EXPECT_TRUE(contains(msg, "(tests/test_config.cpp:")) << msg;
+    EXPECT_FALSE(contains(msg, "(/")) << msg;
+  }
+  EXPECT_EQ(detail::source_name("/somewhere/else/file.cpp"), "file.cpp");
+  EXPECT_EQ(detail::source_name("relative/file.cpp"), "relative/file.cpp");
+  EXPECT_EQ(detail::source_name(""), "");
+}

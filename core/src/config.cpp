@@ -1,12 +1,19 @@
 // The options table: one place that names every GCPRESSURE_* variable.
 #include "gcpressure/config.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include <unistd.h>  // environ
 
 #include "gcpressure/error.hpp"
 
@@ -15,7 +22,8 @@ namespace gcpressure {
 namespace {
 
 const option_info k_options[] = {
-    {"GCPRESSURE_BACKEND", "auto", "auto | host | cuda | cuda_async (auto: cuda_async with a GPU, else host)"},
+    {"GCPRESSURE_BACKEND", "auto",
+     "auto | host | cuda (cudaMalloc) | cuda_async (cudaMallocAsync); auto: cuda_async with a GPU, else host"},
     {"GCPRESSURE_DEVICE", "0", "CUDA device ordinal"},
     {"GCPRESSURE_HOST_CAPACITY", "16GiB", "capacity of the simulated (host) device"},
     {"GCPRESSURE_SOFT_LIMIT", "75% of hard", "device bytes above which the policy collects eagerly"},
@@ -29,9 +37,11 @@ const option_info k_options[] = {
     {nullptr, nullptr, nullptr},
 };
 
+// A configuration error is the user's input, not a bug: the message names the
+// variable (or option) and the value, and carries no source location.
 [[noreturn]] void bad(std::string_view what, std::string_view text, const char* why) {
-  GCPRESSURE_FAIL(std::string("invalid value for ") + std::string(what) + ": '" + std::string(text) + "' (" +
-                  why + ")");
+  throw logic_error("gcpressure: invalid value for " + std::string(what) + ": '" + std::string(text) + "' (" + why +
+                    ")");
 }
 
 std::string trim(std::string_view s) {
@@ -69,6 +79,35 @@ long parse_int(const char* name, const char* v, long lo, long hi) {
   if (x < lo || x > hi) bad(name, v, "out of range");
   return x;
 }
+
+constexpr int k_max_device = 1023;
+
+// Bytes, not a percentage (capacities and thresholds are not fractions of the device).
+std::size_t parse_bytes(const char* name, const char* v);
+
+const char* const k_policies[] = {"pressure", "at_limit", "every_iteration", "cudajl", "dotnet", "explicit_free"};
+
+std::string check_policy(std::string_view what, std::string s) {
+  for (const char* k : k_policies)
+    if (s == k) return s;
+  bad(what, s, "expected pressure, at_limit, every_iteration, cudajl, dotnet or explicit_free");
+}
+
+double check_budget(std::string_view what, double x, std::string_view text) {
+  if (!(x > 0 && x <= 1)) bad(what, text, "expected a fraction in (0, 1]");
+  return x;
+}
+
+size_spec check_spec(std::string_view what, size_spec s) {
+  if (s.percent >= 0) {
+    if (!(s.percent > 0 && s.percent <= 100)) bad(what, s.to_string(), "a percentage must be in (0, 100]");
+  } else if (s.bytes > max_request_bytes * 64) {
+    bad(what, std::to_string(s.bytes), "size too large");
+  }
+  return s;
+}
+
+void warn_unknown_env_once();
 
 }  // namespace
 
@@ -124,48 +163,170 @@ size_spec parse_size(std::string_view text, std::string_view what) {
   return out;
 }
 
+namespace {
+
+std::size_t parse_bytes(const char* name, const char* v) {
+  const size_spec s = parse_size(v, name);
+  if (s.percent >= 0) bad(name, v, "must be bytes, not a percentage");
+  return s.bytes;
+}
+
+// Variables of the project's tools and tests (not options): never "unknown".
+const char* const k_tool_variables[] = {
+    "GCPRESSURE_LIB",         "GCPRESSURE_TORCH_LIB",     "GCPRESSURE_TORCH_OOM",      "GCPRESSURE_LUA_CUDA",
+    "GCPRESSURE_FUZZ",        "GCPRESSURE_FUZZ_SECONDS",  "GCPRESSURE_FAULT_OPS",      "GCPRESSURE_GPU_FAULT_OPS",
+    "GCPRESSURE_SOAK_ALLOCS", "GCPRESSURE_SOAK_WATCHDOG_S", "GCPRESSURE_GPU_SOAK_ALLOCS", "GCPRESSURE_SHUTDOWN_RUNS",
+    "GCPRESSURE_SHUTDOWN_CYCLES", "GCPRESSURE_SANITIZE",  "GCPRESSURE_WITH_CUDA",
+};
+// Prefixes reserved for tools and tests, so new test knobs need no entry here.
+const char* const k_tool_prefixes[] = {"GCPRESSURE_TEST_", "GCPRESSURE_BENCH_", "GCPRESSURE_CI_"};
+
+bool known_variable(std::string_view name) {
+  for (const option_info* o = k_options; o->env; ++o)
+    if (name == o->env) return true;
+  for (const char* t : k_tool_variables)
+    if (name == t) return true;
+  for (const char* p : k_tool_prefixes)
+    if (name.substr(0, std::strlen(p)) == p) return true;
+  return false;
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// Note [Unknown variables warn once]
+// A misspelt GCPRESSURE_HARD_LIMT used to be ignored in silence, the program
+// then ran without the limit its user believed set. Failing would break
+// programs over a variable meant for another version, so it is a warning:
+// once per name per process (the environment is read at every heap's
+// creation), on stderr, naming the closest option.
+std::mutex g_warned_mu;
+std::set<std::string>& warned_names() {
+  static std::set<std::string> s;
+  return s;
+}
+
+void warn_unknown_env_once() {
+  const std::vector<std::string> msgs = detail::unknown_env_warnings();
+  if (msgs.empty()) return;
+  std::lock_guard<std::mutex> lk(g_warned_mu);
+  for (const std::string& m : msgs) {
+    const std::string name = m.substr(0, m.find(' '));
+    if (warned_names().insert(name).second) std::fprintf(stderr, "gcpressure: warning: %s\n", m.c_str());
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+std::string closest_option_name(std::string_view name) {
+  std::string best;
+  std::size_t best_d = std::numeric_limits<std::size_t>::max();
+  for (const option_info* o = k_options; o->env; ++o) {
+    const std::size_t d = edit_distance(name, o->env);
+    if (d < best_d) best_d = d, best = o->env;
+  }
+  // Close: a few typos, not merely the shared GCPRESSURE_ prefix.
+  const std::size_t tail = name.size() > 11 ? name.size() - 11 : 0;
+  return best_d <= std::max<std::size_t>(2, tail / 3) ? best : std::string();
+}
+
+std::vector<std::string> unknown_env_warnings() {
+  std::vector<std::string> out;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string_view entry(*e);
+    const std::string_view name = entry.substr(0, entry.find('='));
+    if (name.substr(0, 11) != "GCPRESSURE_" || known_variable(name)) continue;
+    std::string m = std::string(name) + " is not a gcpressure option and is ignored";
+    const std::string near = closest_option_name(name);
+    m += near.empty() ? " (the options are listed in README.md, Configuration)" : " (did you mean " + near + "?)";
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+}  // namespace detail
+
+backend_choice parse_backend(std::string_view text, std::string_view what) {
+  const std::string s = trim(text);
+  if (iequals(s, "auto")) return backend_choice::automatic;
+  if (iequals(s, "host")) return backend_choice::host;
+  if (iequals(s, "cuda")) return backend_choice::cuda;
+  if (iequals(s, "cuda_async")) return backend_choice::cuda_async;
+  bad(what, text, "expected auto, host, cuda (cudaMalloc) or cuda_async (cudaMallocAsync)");
+}
+
+const char* to_string(backend_choice b) noexcept {
+  switch (b) {
+    case backend_choice::automatic: return "auto";
+    case backend_choice::host: return "host";
+    case backend_choice::cuda: return "cuda";
+    case backend_choice::cuda_async: return "cuda_async";
+  }
+  return "?";
+}
+
 config config_from_env(config c) {
-  if (const char* v = env("GCPRESSURE_BACKEND")) {
-    std::string s = trim(v);
-    if (iequals(s, "auto")) c.backend = backend_choice::automatic;
-    else if (iequals(s, "host")) c.backend = backend_choice::host;
-    else if (iequals(s, "cuda")) c.backend = backend_choice::cuda;
-    else if (iequals(s, "cuda_async")) c.backend = backend_choice::cuda_async;
-    else bad("GCPRESSURE_BACKEND", v, "expected auto, host, cuda or cuda_async");
-  }
-  if (const char* v = env("GCPRESSURE_DEVICE")) c.device = static_cast<int>(parse_int("GCPRESSURE_DEVICE", v, 0, 1023));
-  if (const char* v = env("GCPRESSURE_HOST_CAPACITY")) {
-    size_spec s = parse_size(v, "GCPRESSURE_HOST_CAPACITY");
-    if (s.percent >= 0) bad("GCPRESSURE_HOST_CAPACITY", v, "must be bytes, not a percentage");
-    c.host_capacity = s.bytes;
-  }
+  warn_unknown_env_once();
+  if (const char* v = env("GCPRESSURE_BACKEND")) c.backend = parse_backend(v, "GCPRESSURE_BACKEND");
+  if (const char* v = env("GCPRESSURE_DEVICE")) c.device = static_cast<int>(parse_int("GCPRESSURE_DEVICE", v, 0, k_max_device));
+  if (const char* v = env("GCPRESSURE_HOST_CAPACITY")) c.host_capacity = parse_bytes("GCPRESSURE_HOST_CAPACITY", v);
   if (const char* v = env("GCPRESSURE_SOFT_LIMIT")) c.soft_limit = parse_size(v, "GCPRESSURE_SOFT_LIMIT");
   if (const char* v = env("GCPRESSURE_HARD_LIMIT")) c.hard_limit = parse_size(v, "GCPRESSURE_HARD_LIMIT");
   if (const char* v = env("GCPRESSURE_POOL")) c.pool = parse_bool("GCPRESSURE_POOL", v);
-  if (const char* v = env("GCPRESSURE_ASYNC_RELEASE_THRESHOLD")) {
-    size_spec s = parse_size(v, "GCPRESSURE_ASYNC_RELEASE_THRESHOLD");
-    if (s.percent >= 0) bad("GCPRESSURE_ASYNC_RELEASE_THRESHOLD", v, "must be bytes, not a percentage");
-    c.async_release_threshold = s.bytes;
-  }
-  if (const char* v = env("GCPRESSURE_POLICY")) {
-    std::string s = trim(v);
-    static const char* known[] = {"pressure", "at_limit", "every_iteration", "cudajl", "dotnet", "explicit_free"};
-    bool ok = false;
-    for (const char* k : known) ok = ok || s == k;
-    if (!ok) bad("GCPRESSURE_POLICY", v, "expected pressure, at_limit, every_iteration, cudajl, dotnet or explicit_free");
-    c.policy = s;
-  }
+  if (const char* v = env("GCPRESSURE_ASYNC_RELEASE_THRESHOLD"))
+    c.async_release_threshold = parse_bytes("GCPRESSURE_ASYNC_RELEASE_THRESHOLD", v);
+  if (const char* v = env("GCPRESSURE_POLICY")) c.policy = check_policy("GCPRESSURE_POLICY", trim(v));
   if (const char* v = env("GCPRESSURE_GC_BUDGET")) {
-    std::string s = trim(v);
+    const std::string s = trim(v);
     char* end = nullptr;
-    double x = std::strtod(s.c_str(), &end);
-    if (s.empty() || *end != '\0' || !(x > 0 && x <= 1)) bad("GCPRESSURE_GC_BUDGET", v, "expected a fraction in (0, 1]");
-    c.gc_budget = x;
+    const double x = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end != '\0') bad("GCPRESSURE_GC_BUDGET", v, "expected a fraction in (0, 1]");
+    c.gc_budget = check_budget("GCPRESSURE_GC_BUDGET", x, v);
   }
   if (const char* v = env("GCPRESSURE_EVERY_N")) c.every_n = static_cast<int>(parse_int("GCPRESSURE_EVERY_N", v, 1, 1 << 30));
   if (const char* v = env("GCPRESSURE_VERBOSE")) c.verbose = parse_bool("GCPRESSURE_VERBOSE", v);
   return c;
 }
+
+config apply_options(const options& o, config c) {
+  if (o.backend) c.backend = *o.backend;
+  if (o.device) {
+    if (*o.device < 0 || *o.device > k_max_device) bad("options.device", std::to_string(*o.device), "out of range");
+    c.device = *o.device;
+  }
+  if (o.host_capacity) {
+    if (*o.host_capacity == 0) bad("options.host_capacity", "0", "a size must be at least 1 byte");
+    c.host_capacity = *o.host_capacity;
+  }
+  if (o.soft_limit) c.soft_limit = check_spec("options.soft_limit", *o.soft_limit);
+  if (o.hard_limit) c.hard_limit = check_spec("options.hard_limit", *o.hard_limit);
+  if (o.pool) c.pool = *o.pool;
+  if (o.async_release_threshold) c.async_release_threshold = *o.async_release_threshold;
+  if (o.policy) c.policy = check_policy("options.policy", *o.policy);
+  if (o.gc_budget) c.gc_budget = check_budget("options.gc_budget", *o.gc_budget, std::to_string(*o.gc_budget));
+  if (o.every_n) {
+    if (*o.every_n < 1) bad("options.every_n", std::to_string(*o.every_n), "must be >= 1");
+    c.every_n = *o.every_n;
+  }
+  if (o.verbose) c.verbose = *o.verbose;
+  return c;
+}
+
+config resolve_config(const options& o) { return apply_options(o, config_from_env()); }
 
 const option_info* options_table() noexcept { return k_options; }
 

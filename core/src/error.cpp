@@ -28,9 +28,25 @@ const char* to_string(backend_kind k) noexcept {
 
 namespace detail {
 
+// Note [No absolute paths in messages]
+// __FILE__ is the compiler's path, absolute under CMake: a user's error
+// message would show the build machine's checkout. This file's own __FILE__
+// ends in core/src/error.cpp, so what precedes that is the source root; it is
+// cut from every library file name. A file outside the tree keeps its name only.
+std::string_view source_name(std::string_view file) noexcept {
+  constexpr std::string_view self = __FILE__;
+  constexpr std::string_view tail = "core/src/error.cpp";
+  if (self.size() >= tail.size() && self.substr(self.size() - tail.size()) == tail) {
+    const std::string_view root = self.substr(0, self.size() - tail.size());
+    if (!root.empty() && file.substr(0, root.size()) == root) return file.substr(root.size());
+  }
+  const std::size_t slash = file.rfind('/');
+  return !file.empty() && file.front() == '/' && slash != std::string_view::npos ? file.substr(slash + 1) : file;
+}
+
 void throw_logic_error(const char* file, int line, const std::string& msg) {
   std::ostringstream os;
-  os << "gcpressure: " << msg << " (" << file << ":" << line << ")";
+  os << "gcpressure: " << msg << " (" << source_name(file) << ":" << line << ")";
   throw logic_error(os.str());
 }
 
@@ -38,7 +54,7 @@ void throw_cuda_error(const char* file, int line, const char* call, int code, co
                       const char* text) {
   std::ostringstream os;
   os << "gcpressure: CUDA error " << code << " (" << (name ? name : "?") << ": " << (text ? text : "?")
-     << ") in " << call << " at " << file << ":" << line;
+     << ") in " << call << " at " << source_name(file) << ":" << line;
   throw cuda_error(os.str());
 }
 

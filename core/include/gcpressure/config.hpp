@@ -4,12 +4,23 @@
 // here. Sizes accept plain bytes and suffixes: K/KB/KiB, M/MB/MiB, G/GB/GiB,
 // T/TB/TiB (all binary: 4G == 4GiB), or a percentage of device memory ("80%").
 // A bad value throws logic_error naming the variable and the value.
+//
+// Note [The environment is the default layer]
+// Precedence, lowest first: the built-in default, the GCPRESSURE_* variable,
+// the option a program sets explicitly (as PYTORCH_CUDA_ALLOC_CONF and
+// CUDA.jl's variables work). So a user can retune any program without
+// rebuilding it, and a program that pins a value keeps it. "Left unset" must
+// be representable to do this: `options` holds std::optional fields, and
+// resolve_config() merges the three layers. Every binding (the Boehm heap,
+// the C API, the runtime embeddings) builds an `options` from what its caller
+// gave and calls resolve_config(); none reads the environment by itself.
 #pragma once
 
 #include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "gcpressure/types.hpp"
 
@@ -29,12 +40,27 @@ struct size_spec {
 // `what` (e.g. the variable) and the value on bad input. Thread-safe.
 size_spec parse_size(std::string_view text, std::string_view what = "size");
 
+// The size of the simulated device of the host backend unless configured:
+// the one default every binding, example and benchmark uses.
+inline constexpr std::size_t default_host_capacity = std::size_t{16} << 30;
+
+// One vocabulary for backends, everywhere (variables, flags, the C API):
+//   auto        cuda_async when a CUDA device is usable, host otherwise
+//   host        a simulated device in host memory
+//   cuda        cudaMalloc / cudaFree
+//   cuda_async  cudaMallocAsync / cudaFreeAsync (stream-ordered pool)
 enum class backend_choice { automatic, host, cuda, cuda_async };
+
+// Parses auto | host | cuda | cuda_async (case-insensitive, surrounding
+// blanks ignored). Throws logic_error naming `what` and the value. Thread-safe.
+backend_choice parse_backend(std::string_view text, std::string_view what = "backend");
+// "auto", "host", "cuda" or "cuda_async". Thread-safe; finalizer-safe.
+const char* to_string(backend_choice b) noexcept;
 
 struct config {
   backend_choice backend = backend_choice::automatic;  // GCPRESSURE_BACKEND: auto|host|cuda|cuda_async
   int device = 0;                                       // GCPRESSURE_DEVICE
-  std::size_t host_capacity = std::size_t{16} << 30;    // GCPRESSURE_HOST_CAPACITY (simulated device size)
+  std::size_t host_capacity = default_host_capacity;    // GCPRESSURE_HOST_CAPACITY (simulated device size)
   size_spec soft_limit;                                 // GCPRESSURE_SOFT_LIMIT (unset: 75% of the hard limit)
   size_spec hard_limit;                                 // GCPRESSURE_HARD_LIMIT (unset: device total)
   bool pool = true;                                     // GCPRESSURE_POOL: 0|1
@@ -46,8 +72,36 @@ struct config {
 };
 
 // Reads every GCPRESSURE_* variable over `base`. Throws logic_error on a bad
-// value. Thread-safe (reads the environment only).
+// value. Warns once per name on stderr about a GCPRESSURE_* variable that no
+// option has (a misspelling), with the closest known name. Thread-safe as far
+// as the environment is (nothing may setenv concurrently); not finalizer-safe.
 config config_from_env(config base = {});
+
+// What a program sets explicitly; std::nullopt (the default of every field)
+// means "unset": the GCPRESSURE_* variable, then the built-in default applies.
+// See Note [The environment is the default layer].
+struct options {
+  std::optional<backend_choice> backend;
+  std::optional<int> device;
+  std::optional<std::size_t> host_capacity;
+  std::optional<size_spec> soft_limit;
+  std::optional<size_spec> hard_limit;
+  std::optional<bool> pool;
+  std::optional<std::size_t> async_release_threshold;
+  std::optional<std::string> policy;
+  std::optional<double> gc_budget;
+  std::optional<int> every_n;
+  std::optional<bool> verbose;
+};
+
+// The fields `o` sets, over `base`. Checks them as strictly as the variables
+// (a bad value throws logic_error naming "options.<field>"). Thread-safe.
+config apply_options(const options& o, config base);
+
+// Built-in defaults < GCPRESSURE_* variables < `o`: the configuration every
+// binding uses. Throws logic_error on a bad variable or option. Thread-safety
+// as config_from_env().
+config resolve_config(const options& o = {});
 
 // One row of the options table, for documentation and `--help` output.
 struct option_info {
@@ -59,5 +113,15 @@ struct option_info {
 const option_info* options_table() noexcept;
 
 std::string format_bytes(std::size_t bytes);  // "1.50 GiB"
+
+namespace detail {
+// One warning per GCPRESSURE_* name in the environment that is neither an
+// option nor one of the project's tool/test variables, e.g.
+// "unknown variable GCPRESSURE_HARD_LIMT ignored (did you mean
+// GCPRESSURE_HARD_LIMIT?)". Thread-safety as config_from_env().
+std::vector<std::string> unknown_env_warnings();
+// The known name closest to `name` (edit distance), or "" if none is close.
+std::string closest_option_name(std::string_view name);
+}  // namespace detail
 
 }  // namespace gcpressure

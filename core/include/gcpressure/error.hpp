@@ -9,12 +9,15 @@
 // - logic_error: misuse (zero-size request, double free, foreign pointer,
 //   use after shutdown, bad configuration).
 // - cuda_error: a CUDA runtime call failed; carries file:line.
+// Messages carry no absolute paths (Note [No absolute paths in messages]);
+// a configuration error names the variable or option and the value only.
 // Frees and destructors never throw: see Note [Misuse in noexcept paths].
 #pragma once
 
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace gcpressure {
 
@@ -38,6 +41,9 @@ class cuda_error : public std::runtime_error {
 };
 
 namespace detail {
+// `file` relative to the source tree (Note [No absolute paths in messages]).
+// Thread-safe; finalizer-safe.
+std::string_view source_name(std::string_view file) noexcept;
 [[noreturn]] void throw_logic_error(const char* file, int line, const std::string& msg);
 [[noreturn]] void throw_cuda_error(const char* file, int line, const char* call, int code,
                                    const char* name, const char* text);
