@@ -18,8 +18,8 @@ torch.cuda.memory_allocated() and friends do not work with pluggable
 allocators; stats() gives this library's numbers instead.
 
 The library is found through `lib=`, $GCPRESSURE_TORCH_LIB (a file or a
-directory), this file's folder, or this checkout's newest
-build*/examples/torch/libgcpressure_torch.so.
+directory), this package's folder (where `pip install ./examples/torch` puts
+it), or this checkout's newest build*/examples/torch/libgcpressure_torch.so.
 
 Threads and the GIL: see Note [GIL and the collection lock] in
 gcpressure_torch.cpp. Calls that may collect (collect, iteration, quiet_moment,
@@ -55,7 +55,7 @@ def find_library(path: str | None = None) -> str:
             cands.append(os.path.join(p, LIB_NAME) if os.path.isdir(p) else p)
     here = os.path.dirname(os.path.abspath(__file__))
     cands.append(os.path.join(here, LIB_NAME))
-    root = os.path.dirname(os.path.dirname(here))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(here)))  # examples/torch/gcpressure_torch -> repo
     built = glob.glob(os.path.join(root, "build*", "examples", "torch", LIB_NAME))
     cands.extend(sorted(built, key=os.path.getmtime, reverse=True))
     for c in cands:
