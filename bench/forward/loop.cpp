@@ -322,7 +322,7 @@ void end_iteration(loop_state& s) {
       gcp::gc_policy::device_probe probe(p, s.stream());
       s.dh->iteration();
     }
-    p.synchronize(s.stream());
+    s.dh->synchronize(s.stream());
   } else {
     s.comp->wait();
     s.dh->iteration();
