@@ -23,6 +23,12 @@ peak_reserved_bytes, collections_minor, collections_full,
 collections_full_steady, max_pause_seconds, gc_seconds, wall_seconds,
 finalized, ...) plus CPython's own collection counts (python_gc_*).
 
+--policy explicit_free is the oracle: the loop frees each array
+(DeviceArray.free) the moment it dies. --workload steady|promote|burst|varied
+are the C++ loop's workloads (workloads.py has their definitions). Each
+iteration ends with the iteration hint, then synchronize() (the sync point;
+--no-sync leaves it out, --no-hints the hint).
+
 Exit status: 0; 1 when --assert-bounded or --expect-oom did not hold; 2 on
 a usage or library error; 77 when the backend is unsupported here (no GPU).
 
@@ -47,6 +53,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import gcpressure_py as gp  # noqa: E402
+from workloads import NAMES as WORKLOADS, Workload  # noqa: E402
 
 
 class Node:
@@ -165,7 +172,12 @@ def parse_args(argv):
     p.add_argument("--every-n", type=int, default=0)
     p.add_argument("--compute", default=None, choices=["touch", "exact", "cuda", "none"],
                    help="default: touch on the host backend, cuda otherwise")
+    p.add_argument("--workload", default="steady", choices=WORKLOADS, help="workloads.py has their definitions")
+    p.add_argument("--promote-share", type=float, default=0.25)
+    p.add_argument("--burst-every", type=int, default=50)
+    p.add_argument("--burst-fraction", type=float, default=0.5)
     p.add_argument("--no-hints", action="store_true", help="do not call gcpressure_iteration() per iteration")
+    p.add_argument("--no-sync", action="store_true", help="do not call synchronize() per iteration")
     p.add_argument("--stop-on-oom", action="store_true")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--lib", default=None, help="libgcpressure.so (default: $GCPRESSURE_LIB or the build tree)")
@@ -229,6 +241,39 @@ def run(args) -> dict:
     act_bytes = d * batch * 4
     bytes_per_iteration = 2 * L * act_bytes
 
+    wl = Workload(args.workload, alloc, comp.fill, oracle=explicit, hard_limit=alloc.stats()["hard_limit"],
+                  seed=args.seed, promote_share=args.promote_share, burst_every=args.burst_every,
+                  burst_fraction=args.burst_fraction)
+    inflight = []  # under the oracle: this iteration's arrays (an OOM must not leak them)
+
+    def new_array():
+        a = alloc.array((d, batch))
+        if explicit:
+            inflight.append(a)
+        return a
+
+    def forward(it):
+        """One forward pass from x; returns the output (the oracle freed the rest)."""
+        h = x
+        for layer in range(L):
+            W, b = Ws[layer], bs[layer]
+            comp.check(h)
+            tmp = new_array()
+            Node("matmul", (W, h), tmp)
+            out = new_array()
+            Node("bias_relu", (tmp, b), out)
+            if compute_mode == "exact":
+                dense_exact(W, b, h, tmp, out, d, batch)
+            else:
+                comp.fill(tmp)
+                comp.fill(out)
+            wl.after_layer(it, tmp, out)
+            wl.died(tmp)  # the oracle: free each array as soon as it is dead
+            if h is not x:
+                wl.died(h)
+            h = out
+        return h
+
     py0 = gp.python_gc_counts()
     col = alloc.collector
     col0 = col.snapshot() if col else None
@@ -248,33 +293,16 @@ def run(args) -> dict:
         if it == steady_from:
             full_at_steady = alloc.stats()["gc"]["by_kind"]["blocking_full"]
         t0 = time.perf_counter()
-        h = x
         try:
-            for layer in range(L):
-                W, b = Ws[layer], bs[layer]
-                comp.check(h)
-                tmp = alloc.array((d, batch))
-                Node("matmul", (W, h), tmp)
-                out = alloc.array((d, batch))
-                Node("bias_relu", (tmp, b), out)
-                if compute_mode == "exact":
-                    dense_exact(W, b, h, tmp, out, d, batch)
-                else:
-                    comp.fill(tmp)
-                    comp.fill(out)
-                if explicit:  # the oracle: free each array as soon as it is dead
-                    tmp.free()
-                    if h is not x:
-                        h.free()
-                h = out
-                del tmp, out
+            wl.begin_iteration(it)
+            h = forward(it)
             if compute_mode == "exact":
                 y = floats(h)
                 if any(y[i] != expected[i] for i in range(d * batch)):
                     mismatches += 1
                 checksum = sum(y[i * batch] for i in range(d))
-            if explicit:
-                h.free()
+            wl.died(h)
+            wl.end_iteration(it)
         except gp.OutOfDeviceMemory as e:
             ooms_seen += 1
             if first_oom is None:
@@ -286,9 +314,14 @@ def run(args) -> dict:
                 iterations += 1
                 break
         finally:
-            h = None  # the whole chain is now garbage in cycles
+            h = y = None  # the whole chain is now garbage in cycles
+            for a in inflight:  # the oracle: what an OOM left behind
+                wl.died(a)
+            inflight.clear()
         if not args.no_hints:
             alloc.iteration()
+        if not args.no_sync:
+            alloc.synchronize()  # the sync point (cudaMemset is queued on the default stream)
         iterations += 1
         max_iter = max(max_iter, time.perf_counter() - t0)
         if not args.quiet and (it + 1) % progress_every == 0:
@@ -296,6 +329,7 @@ def run(args) -> dict:
             print(f"iteration {it + 1}: live {live / 2**20:.1f} MiB, reserved {reserved / 2**20:.1f} MiB, "
                   f"python collections {sum(gp.python_gc_counts()) - sum(py0)}", flush=True)
     wall = time.perf_counter() - t_start
+    wl.release()
     py1 = gp.python_gc_counts()
     s = alloc.stats()
     g = s["gc"]
@@ -308,6 +342,9 @@ def run(args) -> dict:
         "collector": args.collector,
         "backend": s["backend"],
         "compute": comp.mode,
+        "workload": args.workload,
+        "explicit_frees": wl.explicit_frees,
+        "synchronize": not args.no_sync,
         "iterations": iterations,
         "iterations_requested": args.iters,
         "stopped_early": iterations < args.iters,
@@ -331,6 +368,14 @@ def run(args) -> dict:
         "wall_seconds": wall,
         "time_per_iter": wall / max(1, iterations),
         "finalized": g["finalized"],
+        # Every collection, whoever started it (the library's view; None: an older library).
+        "collections_runtime": g.get("runtime_collections"),
+        "exposed_gc_seconds": g.get("exposed_gc_seconds"),
+        "gc_seconds_all": g.get("gc_seconds_all"),
+        # CPython's own collections (gc.callbacks: exact counts and times), not the policy's.
+        "python_own_collections": col.own_collections - col0["own_collections"] if col else None,
+        "python_own_full_collections": col.own_full_collections - col0["own_full_collections"] if col else None,
+        "python_own_seconds": col.own_seconds - col0["own_seconds"] if col else None,
         "allocations": s["allocations"],
         # CPython's own view (every collection, its automatic ones included)
         "runtime_collections": sum(py_by_gen),

@@ -23,6 +23,7 @@ import ctypes
 import gc
 import json
 import math
+import os
 import weakref
 
 from . import _capi
@@ -93,37 +94,54 @@ class Allocator:
     backend: "host" (simulated device in host memory: pointers are real host
     memory), "cuda", "cuda_async" or "auto". Limits are strings the library
     parses ("64MiB", "80%") or ints (bytes). policy: pressure | at_limit |
-    every_iteration | cudajl | dotnet | explicit_free. collector: a
+    every_iteration | cudajl | dotnet | explicit_free. Options left as None
+    come from the GCPRESSURE_* environment, else the library's defaults
+    (backend: "host" unless GCPRESSURE_BACKEND is set). collector: a
     CPythonCollector, True (a new one with `minor_generation`), or None/False: no
     collector registered at all (the library's hook is off: only the pool
     side of the reclaim ladder runs — the "plain PyTorch" baseline).
     """
 
-    def __init__(self, backend="host", hard_limit=None, soft_limit=None, policy="pressure", *, device=0,
-                 host_capacity=None, gc_budget=0.0, every_n=0, read_env=False, collector=True,
+    def __init__(self, backend=None, hard_limit=None, soft_limit=None, policy=None, *, device=None,
+                 host_capacity=None, gc_budget=None, every_n=None, read_env=None, collector=True,
                  minor_generation=1, library=None):
+        # Note [Options and the environment]: only the options given are set;
+        # gcpressure_create fills the rest from the GCPRESSURE_* environment,
+        # then from its defaults (explicit options override the environment).
+        # One exception: without GCPRESSURE_BACKEND the backend is "host" here
+        # (the library's default is "auto"), so that a test never lands on a GPU.
         self._lib = load(library)
-        if backend not in _capi.BACKENDS:
+        if backend is None and not os.environ.get("GCPRESSURE_BACKEND"):
+            backend = "host"
+        if backend is not None and backend not in _capi.BACKENDS:
             raise InvalidArgument(_capi.ERR_INVALID, f"unknown backend {backend!r}")
         o = _capi.Options()
         self._lib.fast.gcpressure_options_init(ctypes.byref(o))
-        o.backend = _capi.BACKENDS[backend]
-        o.device = device
+        if backend is not None:
+            o.backend = _capi.BACKENDS[backend]
+        if device is not None:
+            o.device = device
         if host_capacity is not None:
             o.host_capacity = parse_size(host_capacity)
         enc = lambda v: None if v is None else str(v).encode()  # noqa: E731
-        o.hard_limit = enc(hard_limit)
-        o.soft_limit = enc(soft_limit)
-        o.policy = enc(policy)
-        o.gc_budget = gc_budget
-        o.every_n = every_n
-        o.read_env = 1 if read_env else 0
+        if hard_limit is not None:
+            o.hard_limit = enc(hard_limit)
+        if soft_limit is not None:
+            o.soft_limit = enc(soft_limit)
+        if policy is not None:
+            o.policy = enc(policy)
+        if gc_budget is not None:
+            o.gc_budget = gc_budget
+        if every_n is not None:
+            o.every_n = every_n
+        if read_env is not None:
+            o.read_env = 1 if read_env else 0
         o.collector = _capi.COLLECTOR_CALLBACKS
         h = ctypes.c_void_p()
         self._h = None
         self._lib.check(self._lib.lib.gcpressure_create(ctypes.byref(o), ctypes.byref(h)), "gcpressure_create")
         self._h = h.value
-        self.backend = backend
+        self.backend = self.stats()["backend"]
         self.policy = policy
         # Bound once so that __del__ at interpreter shutdown needs no module globals.
         self._rel = self._lib.fast.gcpressure_release_from_finalizer
@@ -143,6 +161,7 @@ class Allocator:
                 self.close()
                 raise
             self.collector = collector
+        self.policy = self.stats()["gc"]["policy"] or policy  # the one the environment may have chosen
         _open_allocators.add(self)
 
     # --- allocation -----------------------------------------------------------------
@@ -216,8 +235,18 @@ class Allocator:
     def iteration(self) -> None:
         self._lib.check(self._lib.lib.gcpressure_iteration(self.handle), "gcpressure_iteration")
 
-    def quiet_moment(self) -> None:
-        self._lib.check(self._lib.lib.gcpressure_quiet_moment(self.handle), "gcpressure_quiet_moment")
+    def quiet_moment(self, will_block: bool = False) -> None:
+        """A hint: the host has nothing urgent to do. will_block: it is about to
+        wait for the device (when that wait cannot go through synchronize)."""
+        self._lib.check(self._lib.lib.gcpressure_quiet_moment_ex(self.handle, 1 if will_block else 0),
+                        "gcpressure_quiet_moment_ex")
+
+    def synchronize(self, stream=None) -> None:
+        """Waits for the work queued on `stream` (None: the default stream; an
+        int: a cudaStream_t) and lets the policy collect while it runs
+        (gcpressure_synchronize). Not from a finalizer (BusyError inside a
+        collection)."""
+        self._lib.check(self._lib.lib.gcpressure_synchronize(self.handle, stream), "gcpressure_synchronize")
 
     def collect(self, full: bool = False) -> None:
         self._lib.check(self._lib.lib.gcpressure_collect(self.handle, 1 if full else 0), "gcpressure_collect")

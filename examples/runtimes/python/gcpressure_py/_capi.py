@@ -3,8 +3,9 @@
 Two handles on the same libgcpressure.so:
 
 * ``lib`` (ctypes.CDLL) releases the GIL for the duration of each call. Every
-  call that may run a collection goes through it (create, destroy,
-  set_collector, alloc, free, collect, iteration, quiet_moment, drain, trim):
+  call that may run a collection or wait goes through it (create, destroy,
+  set_collector, alloc, free, collect, iteration, quiet_moment(_ex),
+  synchronize, drain, trim):
   while the library runs the collector callbacks, the GIL is free, and the
   callbacks (CFUNCTYPE) take it back with PyGILState_Ensure.
 * ``fast`` (ctypes.PyDLL) keeps the GIL. Only for calls that never collect,
@@ -107,6 +108,8 @@ class Options(Structure):
 VOID_CB = CFUNCTYPE(None, c_void_p)
 COUNT_CB = CFUNCTYPE(c_size_t, c_void_p)
 STEP_CB = CFUNCTYPE(c_int, c_void_p, c_double)
+OWN_CB = CFUNCTYPE(None, c_void_p, POINTER(ctypes.c_uint64), POINTER(ctypes.c_uint64), POINTER(c_double),
+                   POINTER(c_int))
 
 
 class CollectorCallbacks(Structure):
@@ -120,6 +123,7 @@ class CollectorCallbacks(Structure):
         ("step_full", STEP_CB),
         ("heap_bytes", COUNT_CB),
         ("minor_is_full", ctypes.c_int),
+        ("own_collections", OWN_CB),  # API version 2
     ]
 
 
@@ -191,12 +195,14 @@ class Library:
             for name in ("quiet_moment", "iteration", "drain", "trim"):
                 getattr(dll, "gcpressure_" + name).argtypes = [A]
             dll.gcpressure_collect.argtypes = [A, c_int]
+            dll.gcpressure_quiet_moment_ex.argtypes = [A, c_int]
+            dll.gcpressure_synchronize.argtypes = [A, c_void_p]
             dll.gcpressure_set_limits.argtypes = [A, c_size_t, c_size_t]
             dll.gcpressure_usage.argtypes = [A, POINTER(c_size_t), POINTER(c_size_t)]
             dll.gcpressure_stats_json.argtypes = [A, c_char_p, c_size_t, POINTER(c_size_t)]
             for name in ("create", "destroy", "set_collector", "alloc", "free", "release_from_finalizer",
-                         "quiet_moment", "iteration", "collect", "drain", "trim", "set_limits", "usage",
-                         "stats_json"):
+                         "quiet_moment", "quiet_moment_ex", "synchronize", "iteration", "collect", "drain",
+                         "trim", "set_limits", "usage", "stats_json"):
                 getattr(dll, "gcpressure_" + name).restype = c_int
         # ABI check: the structs above must be the C ones.
         o = Options()

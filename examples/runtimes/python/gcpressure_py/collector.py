@@ -54,6 +54,14 @@ release it after. So Python code never runs without the GIL, and:
   library, for its part, never starts a nested collection from inside its
   hook, and gcpressure_collect called from a finalizer returns
   GCPRESSURE_ERR_BUSY.
+* Note [CPython's own collections]: gc.callbacks sees every collection, with
+  its generation, on the thread that runs it, start and stop. One that runs
+  on a thread while that thread is inside a requested collection (_run) is
+  the library's; every other one is CPython's own (automatic, or the
+  program's gc.collect()): own_collections, own_full_collections
+  (generation 2 = the whole heap) and own_seconds (start to stop, timed in
+  the callbacks) are exact. They reach the library through the collector's
+  own-collections callback, where the C API has one.
 * gc.disable() only stops CPython's automatic collections; gc.collect() still
   collects, so the policy keeps device memory bounded with the automatic
   collector off.
@@ -100,12 +108,19 @@ class CPythonCollector:
         # Every CPython collection, by generation (gc.callbacks), ours included.
         self.python_collections = [0, 0, 0]
         self.python_seconds = 0.0
+        # Note [CPython's own collections]: those not run for a request of the
+        # library (automatic ones, the program's own gc.collect()).
+        self.own_collections = 0
+        self.own_full_collections = 0
+        self.own_seconds = 0.0
+        self._requesting: set[int] = set()  # threads inside _run
         self._gc_t0: dict[int, float] = {}    # thread -> start of its running collection
         self._starts: dict[int, int] = {}     # thread -> collections started on it
         self._track = False
         # The trampolines must live as long as any allocator may call them.
         self._minor_cb = _capi.VOID_CB(self._minor)
         self._full_cb = _capi.VOID_CB(self._full)
+        self._own_cb = _capi.OWN_CB(self._own)
         self.attached = 0
 
     # --- the callbacks (run with the GIL, see the Note) -------------------------
@@ -114,6 +129,7 @@ class CPythonCollector:
         # Note [A collection already running]
         tid = threading.get_ident()
         t0 = time.perf_counter()
+        self._requesting.add(tid)
         try:
             if tid in self._gc_t0:
                 # Inside a collection on this very thread (a finalizer that
@@ -141,6 +157,7 @@ class CPythonCollector:
         except BaseException:  # never propagate into C
             self.callback_errors += 1
         finally:
+            self._requesting.discard(tid)
             self.requested_seconds += time.perf_counter() - t0
             self.threads.add(tid)
 
@@ -152,6 +169,18 @@ class CPythonCollector:
         self.requested_full += 1
         self._run(2)
 
+    def _own(self, _context, collections, full_collections, seconds, exact) -> None:
+        # The library asks for CPython's own collections (Note [CPython's own
+        # collections]). Runs with the GIL (a CFUNCTYPE trampoline), like the
+        # collection callbacks; only reads counters, never raises.
+        try:
+            collections[0] = self.own_collections
+            full_collections[0] = self.own_full_collections
+            seconds[0] = self.own_seconds
+            exact[0] = 1 if self._track else 0
+        except BaseException:
+            self.callback_errors += 1
+
     def _on_gc(self, phase: str, info: dict) -> None:
         tid = threading.get_ident()
         if phase == "start":
@@ -159,11 +188,15 @@ class CPythonCollector:
             self._starts[tid] = self._starts.get(tid, 0) + 1
         else:
             t0 = self._gc_t0.pop(tid, None)
-            if t0 is not None:
-                self.python_seconds += time.perf_counter() - t0
+            dt = time.perf_counter() - t0 if t0 is not None else 0.0
+            self.python_seconds += dt
             g = info.get("generation", 2)
             if 0 <= g < 3:
                 self.python_collections[g] += 1
+            if tid not in self._requesting:
+                self.own_collections += 1
+                self.own_full_collections += g == 2
+                self.own_seconds += dt
 
     # --- wiring -----------------------------------------------------------------------
 
@@ -174,6 +207,7 @@ class CPythonCollector:
         cb.context = None
         cb.minor = self._minor_cb
         cb.full = self._full_cb
+        cb.own_collections = self._own_cb
         # run_finalizers, start_full, step_full, heap_bytes: NULL.
         return cb
 
@@ -219,6 +253,9 @@ class CPythonCollector:
             "skipped": self.skipped,
             "python_collections": list(self.python_collections),
             "python_seconds": self.python_seconds,
+            "own_collections": self.own_collections,
+            "own_full_collections": self.own_full_collections,
+            "own_seconds": self.own_seconds,
         }
 
 

@@ -250,5 +250,93 @@ class Reentrancy(Base):
             self.assertEqual(a.collector.requested_full, 1)
 
 
+class SyncHint(Base):
+    """gcpressure_synchronize and quiet_moment(will_block) (issue 11)."""
+
+    def test_synchronize_and_will_block(self):
+        with gp.Allocator(hard_limit="16MiB") as a:
+            syncs0 = a.stats()["gc"].get("syncs", 0)
+            for i in range(64):
+                cyclic(a, MiB // 4)
+                a.iteration()
+                a.synchronize()
+                a.quiet_moment(will_block=(i % 8 == 0))
+            a.synchronize(None)
+            s = a.stats()
+            self.assertEqual(s["ooms"], 0)
+            self.assertEqual(s["gc"]["syncs"], syncs0 + 65)
+
+    def test_synchronize_from_a_finalizer_is_busy(self):
+        a = gp.Allocator(hard_limit="16MiB")
+        seen = []
+
+        class Probe:
+            def __init__(self):
+                self.me = self
+
+            def __del__(self):
+                try:
+                    a.synchronize()
+                    seen.append("ok")
+                except gp.BusyError:
+                    seen.append("busy")
+
+        Probe()
+        a.collect()  # the library's collection runs the finalizer inside it
+        self.assertEqual(seen, ["busy"])
+        a.close(collect=True)
+        with self.assertRaises(gp.ShutdownError):
+            a.synchronize()
+
+
+class OwnCollections(Base):
+    """CPython's own collections reach the library (Note [CPython's own collections])."""
+
+    def test_own_vs_requested(self):
+        with gp.Allocator(hard_limit="16MiB") as a:
+            g0 = a.stats()["gc"]
+            gc.collect()     # the program's own: whole-heap (generation 2)
+            gc.collect(0)    # the program's own: young
+            g1 = a.stats()["gc"]
+            self.assertEqual(g1["runtime_collections"], g0["runtime_collections"] + 2)
+            self.assertEqual(g1["runtime_full_collections"], g0["runtime_full_collections"] + 1)
+            self.assertGreater(g1["runtime_gc_seconds"], g0["runtime_gc_seconds"])
+            self.assertTrue(g1["runtime_seconds_exact"])
+            a.collect()      # requested by the library: the policy's, not CPython's own
+            a.collect(full=True)
+            g2 = a.stats()["gc"]
+            self.assertEqual(g2["runtime_collections"], g1["runtime_collections"])
+            self.assertEqual(a.collector.requested_minor + a.collector.requested_full, 2)
+            self.assertEqual(g2["collector_collections"], g1["collector_collections"] + 2)
+
+
+class Environment(unittest.TestCase):
+    """GCPRESSURE_* is the default layer; explicit options override it (issue 12)."""
+
+    def run_child(self, env, code):
+        import subprocess
+        child_env = {k: v for k, v in os.environ.items() if not k.startswith("GCPRESSURE_") or k == "GCPRESSURE_LIB"}
+        child_env.update(env)
+        here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+        p = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {here!r}); import gcpressure_py as gp; "
+                            + code], env=child_env, capture_output=True, text=True, timeout=120)
+        return p.returncode, p.stdout.strip(), p.stderr
+
+    def test_env_defaults_and_explicit_override(self):
+        env = {"GCPRESSURE_HARD_LIMIT": "12MiB", "GCPRESSURE_POLICY": "at_limit"}
+        rc, out, err = self.run_child(env, "a = gp.Allocator(); s = a.stats(); "
+                                           "print(s['hard_limit'], s['gc']['policy'], a.policy, s['backend'])")
+        self.assertEqual((rc, out), (0, f"{12 * MiB} at_limit at_limit host"), err)
+        rc, out, err = self.run_child(env, "a = gp.Allocator(hard_limit='20MiB', policy='cudajl'); s = a.stats(); "
+                                           "print(s['hard_limit'], s['gc']['policy'])")
+        self.assertEqual((rc, out), (0, f"{20 * MiB} cudajl"), err)
+
+    def test_bad_env_value_names_the_variable(self):
+        rc, out, err = self.run_child({"GCPRESSURE_HARD_LIMIT": "lots"},
+                                      "\ntry:\n gp.Allocator()\nexcept gp.InvalidArgument as e:\n print(e)")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("GCPRESSURE_HARD_LIMIT", out)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
