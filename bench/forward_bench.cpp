@@ -1,33 +1,42 @@
 // forward_bench.cpp — every collection policy on the Flux-style forward loop
-// (examples/forward_loop_lib), and the cost of a GC-owned device array.
+// (library gcpressure_forward, bench/forward/), and the cost of a GC-owned
+// device array.
 //
-//   forward/<policy>/<host_heap_mib>  policy x live host heap {0, 256, 1024} MiB
-//   alloc/gc_handle/<bytes>           allocate a GC-owned device array and drop it
+//   forward/<policy>/<host_heap_mib>/<workload>  policy x live host heap {0, 256, 1024} MiB
+//                                                x workload {steady, promote, burst, varied}
+//   alloc/gc_handle/<bytes>                      allocate a GC-owned device array and drop it
 //
 // forward/* runs the whole loop as one benchmark iteration; "Time" is the whole
 // run, with its set-up and teardown collections (the per-iteration counters
 // time the loop alone). (Not ->Iterations(1): it would append "/iterations:1" to the names. A
 // loop shorter than the library's minimum time is simply run again; the
-// counters describe the last run.) Counters (per case):
+// counters describe the last run.) Counters (per case; keys of forward_loop's JSON):
 //   peak_reserved_x_oracle  peak reserved device bytes / the oracle's
 //   time_per_iter_x_oracle  time per iteration / the oracle's
 //   gc_time_fraction        time in collections the policy ran / loop wall time
+//   exposed_gc_fraction     exposed GC time (policy's upper bound + the runtime's own) / wall
+//   exposed_gc_s, hidden_gc_s, gc_all_s   exposed_gc_seconds, hidden_gc_seconds, gc_seconds_all
 //   minor_per_iter, full_per_iter  collections the policy ran per iteration
 //                           (full = whole-heap cycles, incremental or blocking)
-//   full_steady             blocking full collections after the first 10% of iterations
+//   runtime_per_iter        collections the runtime started itself, per iteration
+//   collector_collections   every collection the collector completed
+//   full_steady_any         blocking whole-heap collections of any origin after the first 10%
+//   host_ms_per_iter, sync_wait_s, slack_ms  the host's own time, the wait at syncs, the slack
 //   ooms                    out_of_memory caught by the loop (iteration skipped)
 //   peak_reserved_MiB, time_per_iter_ms, max_pause_ms, iters (run; fewer than
 //   asked when the time cap stopped it), stopped_early
-//   runtime_full(_steady)   whole-heap collections Boehm itself reports (its own
-//                           included; a "minor" the policy asked for can be one),
-//                           in all / after the first 10% of iterations
-// The oracle is explicit_free at the same host heap size, measured in the
-// same process: forward/explicit_free/<mib> is registered first for each size
-// and its result is cached; a filtered run measures it on demand.
+// The oracle is explicit_free at the same host heap size and workload,
+// measured in the same process: forward/explicit_free/<mib>/<workload> is
+// registered first for each pair and its result is cached; a filtered run
+// measures it on demand.
 //
-// Boehm is process-global: the live host heap is built once per size (sizes
-// ascending) and kept between the cases of that size; each run starts with a
-// full collection outside the timing. Environment:
+// Boehm is process-global. Each case's figures are deltas from its own start
+// (fwd::run takes every count and time relative to the loop's start, and
+// builds a new device heap and policy per run); each run starts with a full
+// collection outside the timing, so an earlier case's garbage is not this
+// case's work. Boehm's settings are not changed by the loop. The live host
+// heap is built once per size (sizes ascending) and kept between the cases of
+// that size. Environment:
 //   FORWARD_BENCH_ARGS         extra forward_loop flags (model shape, limits)
 //   FORWARD_BENCH_ITERS        iterations per case (default 2000 on host, 20000 on CUDA)
 //   FORWARD_BENCH_MAX_SECONDS  loop-time cap per case (default 10): every_iteration
@@ -45,6 +54,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <utility>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -71,7 +81,7 @@ double env_double(const char* name, double fallback) {
 
 struct bench_state {
   std::unique_ptr<fwd::host_heap> heap;
-  std::map<std::size_t, fwd::result> oracle;
+  std::map<std::pair<std::size_t, std::string>, fwd::result> oracle;  // (heap MiB, workload)
 };
 
 bench_state& state() {
@@ -101,10 +111,11 @@ fwd::options base_options() {
   return fwd::parse_args(static_cast<int>(argv.size()), argv.data());
 }
 
-fwd::options forward_options(const std::string& policy, std::size_t mib) {
+fwd::options forward_options(const std::string& policy, std::size_t mib, const std::string& workload) {
   fwd::options o = base_options();  // forward_loop's defaults + GCPRESSURE_* + FORWARD_BENCH_ARGS
   const bool cuda = o.backend.empty() ? gcp::cuda_available() : o.backend != "host";
   o.policy = policy;
+  o.workload = workload;
   o.host_heap_mib = mib;
   o.iters = static_cast<int>(env_double("FORWARD_BENCH_ITERS", cuda ? 20000 : 2000));
   o.max_seconds = env_double("FORWARD_BENCH_MAX_SECONDS", 10);
@@ -114,39 +125,54 @@ fwd::options forward_options(const std::string& policy, std::size_t mib) {
   return o;
 }
 
-const fwd::result& oracle(std::size_t mib) {
+const fwd::result& oracle(std::size_t mib, const std::string& workload) {
   auto& s = state();
-  auto it = s.oracle.find(mib);
+  const auto key = std::make_pair(mib, workload);
+  auto it = s.oracle.find(key);
   if (it == s.oracle.end())
-    it = s.oracle.emplace(mib, fwd::run(forward_options("explicit_free", mib), heap_for(mib), nullptr)).first;
+    it = s.oracle.emplace(key, fwd::run(forward_options("explicit_free", mib, workload), heap_for(mib), nullptr)).first;
   return it->second;
 }
 
-void forward(benchmark::State& st, const std::string& policy, std::size_t mib) {
+void set_counters(benchmark::State& st, const fwd::result& r, const fwd::result& orc) {
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  const double iters = r.iterations > 0 ? r.iterations : 1;
+  st.counters["peak_reserved_x_oracle"] =
+      ratio(static_cast<double>(r.peak_reserved_bytes), static_cast<double>(orc.peak_reserved_bytes));
+  st.counters["time_per_iter_x_oracle"] = ratio(r.time_per_iter, orc.time_per_iter);
+  st.counters["gc_time_fraction"] = r.gc_fraction;
+  st.counters["exposed_gc_fraction"] = r.exposed_gc_fraction;
+  st.counters["exposed_gc_s"] = r.exposed_gc_seconds;
+  st.counters["hidden_gc_s"] = r.hidden_gc_seconds;
+  st.counters["gc_all_s"] = r.gc_seconds_all;
+  st.counters["minor_per_iter"] = static_cast<double>(r.collections_minor) / iters;
+  st.counters["full_per_iter"] = static_cast<double>(r.collections_full) / iters;
+  st.counters["runtime_per_iter"] = static_cast<double>(r.collections_runtime) / iters;
+  st.counters["collector_collections"] = static_cast<double>(r.collector_collections);
+  st.counters["full_steady"] = static_cast<double>(r.collections_full_steady);
+  st.counters["full_steady_any"] = static_cast<double>(r.collections_full_steady_any);
+  st.counters["host_ms_per_iter"] = r.host_seconds_per_iter * 1e3;
+  st.counters["sync_wait_s"] = r.sync_wait_seconds;
+  st.counters["slack_ms"] = r.slack_seconds * 1e3;
+  st.counters["ooms"] = static_cast<double>(r.ooms);
+  st.counters["peak_reserved_MiB"] = static_cast<double>(r.peak_reserved_bytes) / (1 << 20);
+  st.counters["time_per_iter_ms"] = r.time_per_iter * 1e3;
+  st.counters["max_pause_ms"] = r.max_pause_seconds * 1e3;
+  st.counters["iters"] = r.iterations;
+  st.counters["stopped_early"] = r.stopped_early ? 1 : 0;
+  st.counters["runtime_full"] = static_cast<double>(r.runtime_full_collections);
+  st.counters["runtime_full_steady"] = static_cast<double>(r.runtime_full_collections_steady);
+}
+
+void forward(benchmark::State& st, const std::string& policy, std::size_t mib, const std::string& workload) {
   fwd::result r;
   try {
     fwd::host_heap* heap = heap_for(mib);
-    const fwd::options o = forward_options(policy, mib);
+    const fwd::options o = forward_options(policy, mib, workload);
     for (auto _ : st) r = fwd::run(o, heap, nullptr);
-    if (policy == "explicit_free" && !state().oracle.count(mib)) state().oracle.emplace(mib, r);
-    const fwd::result& orc = oracle(mib);
-    auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
-    const double iters = r.iterations > 0 ? r.iterations : 1;
-    st.counters["peak_reserved_x_oracle"] =
-        ratio(static_cast<double>(r.peak_reserved_bytes), static_cast<double>(orc.peak_reserved_bytes));
-    st.counters["time_per_iter_x_oracle"] = ratio(r.time_per_iter, orc.time_per_iter);
-    st.counters["gc_time_fraction"] = r.gc_fraction;
-    st.counters["minor_per_iter"] = static_cast<double>(r.collections_minor) / iters;
-    st.counters["full_per_iter"] = static_cast<double>(r.collections_full) / iters;
-    st.counters["full_steady"] = static_cast<double>(r.collections_full_steady);
-    st.counters["ooms"] = static_cast<double>(r.ooms);
-    st.counters["peak_reserved_MiB"] = static_cast<double>(r.peak_reserved_bytes) / (1 << 20);
-    st.counters["time_per_iter_ms"] = r.time_per_iter * 1e3;
-    st.counters["max_pause_ms"] = r.max_pause_seconds * 1e3;
-    st.counters["iters"] = r.iterations;
-    st.counters["stopped_early"] = r.stopped_early ? 1 : 0;
-    st.counters["runtime_full"] = static_cast<double>(r.runtime_full_collections);
-    st.counters["runtime_full_steady"] = static_cast<double>(r.runtime_full_collections_steady);
+    const auto key = std::make_pair(mib, workload);
+    if (policy == "explicit_free" && !state().oracle.count(key)) state().oracle.emplace(key, r);
+    set_counters(st, r, oracle(mib, workload));
     st.SetLabel(r.backend + (r.stopped_early ? ", stopped early by the time cap" : ""));
   } catch (const std::exception& e) {
     st.SkipWithError(e.what());
@@ -191,20 +217,20 @@ void gc_handle(benchmark::State& st, std::size_t bytes) {
   }
 }
 
+void register_case(const std::string& policy, std::size_t mib, const std::string& workload) {
+  benchmark::RegisterBenchmark(("forward/" + policy + "/" + std::to_string(mib) + "/" + workload).c_str(),
+                               [policy, mib, workload](benchmark::State& st) { forward(st, policy, mib, workload); })
+      ->Unit(benchmark::kMillisecond);
+}
+
 bool register_forward_benchmarks() {
-  for (std::size_t mib : heap_sizes) {
-    // The oracle first, so that the other policies of this size compare with it.
-    benchmark::RegisterBenchmark(("forward/explicit_free/" + std::to_string(mib)).c_str(),
-                                 [mib](benchmark::State& st) { forward(st, "explicit_free", mib); })
-        ->Unit(benchmark::kMillisecond);
-    for (const char* const* p = gcp::policy_names(); *p; ++p) {
-      const std::string policy = *p;
-      if (policy == "explicit_free") continue;
-      benchmark::RegisterBenchmark(("forward/" + policy + "/" + std::to_string(mib)).c_str(),
-                                   [policy, mib](benchmark::State& st) { forward(st, policy, mib); })
-          ->Unit(benchmark::kMillisecond);
+  for (std::size_t mib : heap_sizes)
+    for (const char* const* w = fwd::workload_names(); *w; ++w) {
+      // The oracle first, so that the other policies of this pair compare with it.
+      register_case("explicit_free", mib, *w);
+      for (const char* const* p = gcp::policy_names(); *p; ++p)
+        if (std::string(*p) != "explicit_free") register_case(*p, mib, *w);
     }
-  }
   for (std::size_t n : {std::size_t{4096}, std::size_t{1} << 20, std::size_t{64} << 20})
     benchmark::RegisterBenchmark(("alloc/gc_handle/" + std::to_string(n)).c_str(),
                                  [n](benchmark::State& st) { gc_handle(st, n); });
