@@ -304,9 +304,9 @@ static int l_new(lua_State* L) {
   /* UNSUPPORTED: CUDA asked for where there is none; callers may test err.kind */
   if (st != GCPRESSURE_OK) return lgcp_fail(L, "new", st);
   h->closed = 0;
-  if (with_collector) lgcp_register_collector(L, h);
+  lgcp_install_counters(L, h);
   lgcp_set_gc_mode(L, gc_mode, step_kb);
-  lgcp_install_counters(L);
+  if (with_collector) lgcp_register_collector(L, h);
 
   size_t need = 0;
   gcpressure_stats_json(h->a, NULL, 0, &need);

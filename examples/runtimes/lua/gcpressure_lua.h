@@ -20,8 +20,11 @@
 #define GEN_MODE 0
 #define INC_MODE 1
 
+struct gc_counts; /* lua_collector.c */
+
 typedef struct heap {
   gcpressure_allocator* a;
+  struct gc_counts* counts; /* the state's collection counts (Note [Counting Lua's own collections]) */
   lua_State* L; /* the thread running a library call that may collect (Note [Lua collector callbacks]) */
   int mode;     /* GEN_MODE or INC_MODE */
   int on_device; /* CUDA backend: device memory is not addressable from the CPU */
@@ -70,7 +73,7 @@ void lgcp_register_collector(lua_State* L, heap* h);
 void lgcp_set_gc_mode(lua_State* L, int mode, lua_Number step_kb);
 /* Note [Counting Lua's own collections]: the sentinels (idempotent), their
  * upkeep after each library call, and the counts. */
-void lgcp_install_counters(lua_State* L);
+void lgcp_install_counters(lua_State* L, heap* h);
 void lgcp_release_old_sentinel(lua_State* L);
 void lgcp_own_counts(lua_State* L, int mode, unsigned long long* n, unsigned long long* whole);
 unsigned long long lgcp_all_cycles(lua_State* L);

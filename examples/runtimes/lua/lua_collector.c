@@ -158,27 +158,38 @@ void lgcp_release_old_sentinel(lua_State* L) {
   lua_setfield(L, LUA_REGISTRYINDEX, OLD_SENTINEL_KEY);
 }
 
-void lgcp_install_counters(lua_State* L) {
-  lua_getfield(L, LUA_REGISTRYINDEX, COUNTS_KEY);
-  const int have = !lua_isnil(L, -1);
-  lua_pop(L, 1);
-  if (have) return;
-  gc_counts* c = lua_newuserdatauv(L, sizeof *c, 0);
+void lgcp_install_counters(lua_State* L, heap* h) {
+  h->counts = state_counts(L);
+  if (h->counts) return;
+  gc_counts* c = lua_newuserdatauv(L, sizeof *c, 0); /* the registry keeps it for the state's life */
   memset(c, 0, sizeof *c);
   lua_setfield(L, LUA_REGISTRYINDEX, COUNTS_KEY);
   make_sentinel(L, young_sentinel_gc, 0);
   make_sentinel(L, old_sentinel_gc, 1);
+  h->counts = c;
 }
 
 /* Lua's own cycles and whole-heap cycles (Note [Counting Lua's own collections]). */
+static void counts_of(const gc_counts* c, int mode, unsigned long long* n, unsigned long long* whole) {
+  *n = c ? c->cycles - c->cycles_in_callbacks : 0;
+  *whole = !c ? 0 : mode == INC_MODE ? *n : c->majors - c->majors_in_callbacks;
+}
+
 void lgcp_own_counts(lua_State* L, int mode, unsigned long long* n, unsigned long long* whole) {
-  gc_counts* c = state_counts(L);
-  if (!c) {
-    *n = *whole = 0;
-    return;
-  }
-  *n = c->cycles - c->cycles_in_callbacks;
-  *whole = mode == INC_MODE ? *n : c->majors - c->majors_in_callbacks;
+  counts_of(state_counts(L), mode, n, whole);
+}
+
+/* The C API's own_collections callback. It runs on the thread calling into
+ * the allocator (a Lua state is single-threaded) and only reads counters.
+ * Counts: Note [Counting Lua's own collections]; seconds: none known (0, not exact). */
+static void cb_own_collections(void* ctx, uint64_t* n, uint64_t* full, double* seconds, int* exact) {
+  const heap* h = ctx;
+  unsigned long long own = 0, own_full = 0;
+  counts_of(h->counts, h->mode, &own, &own_full);
+  *n = own;
+  *full = own_full;
+  *seconds = 0;
+  *exact = 0;
 }
 
 unsigned long long lgcp_all_cycles(lua_State* L) {
@@ -263,6 +274,7 @@ void lgcp_register_collector(lua_State* L, heap* h) {
   cb.minor = cb_minor;
   cb.full = cb_full;
   cb.heap_bytes = cb_heap_bytes;
+  cb.own_collections = cb_own_collections;
   if (h->mode == INC_MODE) {
     cb.start_full = cb_start_full;
     cb.step_full = cb_step_full;

@@ -226,6 +226,12 @@ do
   check(i4.lua_full_collections == i3.lua_full_collections + 1, "a major collection of Lua's own counts as whole-heap: "
     .. i3.lua_full_collections .. " -> " .. i4.lua_full_collections)
   check(i4.lua_collections == i3.lua_collections + 1, "... and as a collection")
+  local s4 = hc:stats() -- the library sees them through the own_collections callback
+  check(count(s4, "runtime_collections") == i4.lua_collections - i0.lua_collections,
+    "stats runtime_collections = Lua's own since the heap was made: " .. tostring(count(s4, "runtime_collections")))
+  check(count(s4, "runtime_full_collections") == i4.lua_full_collections - i0.lua_full_collections,
+    "stats runtime_full_collections")
+  check(s4:find('"runtime_seconds_exact":false', 1, true) ~= nil, "Lua's own seconds are not exact")
   hc:close()
 end
 
