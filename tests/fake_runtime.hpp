@@ -179,15 +179,35 @@ class fake_collector final : public gcp::collector {
     ++counters_.collections;
     nap();
     if (clock) clock->advance(minor_seconds);
-    for (auto it = objs_.begin(); it != objs_.end();) {
-      if (!it->second.reachable && !it->second.old) {
-        pending_.push_back(it->second);
-        it = objs_.erase(it);
-      } else {
-        it->second.old = true;  // survived a collection: promoted
-        ++it;
-      }
-    }
+    sweep_young();
+  }
+
+  // Sliced minors (Note [Sliced cycles]) when incremental_minor is set: the
+  // minor's cost is spread over minor_slices slices.
+  bool incremental_minor = false;
+  int minor_slices = 4;
+  int minor_cycles_done = 0;
+  bool has_incremental_minor() const noexcept override { return incremental_minor; }
+  void start_minor() override {
+    if (!incremental_minor) return collect_minor();
+    note("start_minor");
+    std::lock_guard<std::mutex> lk(mu_);
+    minor_active_ = true;
+    minor_left_ = minor_slices;
+  }
+  bool step_minor(double) override {
+    if (!incremental_minor) return true;
+    note("step_minor");
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!minor_active_) return true;
+    if (clock) clock->advance(minor_seconds / minor_slices);
+    if (--minor_left_ > 0) return false;
+    minor_active_ = false;
+    ++minors;
+    ++minor_cycles_done;
+    ++counters_.collections;
+    sweep_young();
+    return true;
   }
 
   bool has_incremental_full() const noexcept override { return true; }
@@ -260,15 +280,7 @@ class fake_collector final : public gcp::collector {
       ++counters_.own_full_collections;
       sweep_all();
     } else {
-      for (auto it = objs_.begin(); it != objs_.end();) {
-        if (!it->second.reachable && !it->second.old) {
-          pending_.push_back(it->second);
-          it = objs_.erase(it);
-        } else {
-          it->second.old = true;
-          ++it;
-        }
-      }
+      sweep_young();
     }
   }
 
@@ -295,6 +307,17 @@ class fake_collector final : public gcp::collector {
     std::this_thread::sleep_for(sleep_per_collection);
     last_nap_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
+  void sweep_young() {
+    for (auto it = objs_.begin(); it != objs_.end();) {
+      if (!it->second.reachable && !it->second.old) {
+        pending_.push_back(it->second);
+        it = objs_.erase(it);
+      } else {
+        it->second.old = true;  // survived a collection: promoted
+        ++it;
+      }
+    }
+  }
   void sweep_all() {
     for (auto it = objs_.begin(); it != objs_.end();) {
       if (!it->second.reachable) {
@@ -315,6 +338,8 @@ class fake_collector final : public gcp::collector {
   int next_id_ = 1;
   bool full_active_ = false;
   int slices_left_ = 0;
+  bool minor_active_ = false;
+  int minor_left_ = 0;
   gcp::collector_counters counters_;
 };
 

@@ -304,3 +304,26 @@ TEST(Exposure, ProbeSeparatesHiddenFromExposed) {
   EXPECT_NEAR(g.exposed_gc_seconds, 4 * ms, 1e-12);
   EXPECT_NEAR(g.gc_seconds, 6 * ms, 1e-12);
 }
+
+// A minor longer than the slack, on a collector that can slice it, runs as a
+// cycle over several syncs and stays hidden: slices stop short of the
+// expected end of the slack.
+TEST(SyncSchedule, SlicedMinorsLongerThanTheSlackStayHidden) {
+  world w("pressure", 4096 * MiB, 3072 * MiB);
+  w.gc.incremental_minor = true;
+  w.gc.minor_seconds = 12 * ms;  // 1 ms slices against 4.45 ms of slack
+  w.gc.minor_slices = 12;
+  loop_shape s;
+  s.iterations = 300;
+  run_loop(w, s);
+  const auto g = w.stats();
+  SCOPED_TRACE(gcp::to_text(w.alloc.stats()));
+  EXPECT_GT(w.gc.minor_cycles_done, s.iterations / 6) << "sliced minors did not keep up";
+  // Exposed: only the learning-phase whole minors and finalizer runs.
+  EXPECT_LE(g.exposed_gc_seconds, 3 * w.gc.minor_seconds);
+  EXPECT_GT(g.hidden_gc_seconds, 10 * w.gc.minor_seconds);
+  EXPECT_EQ(g.blocking_cycles, 0u);
+  // A minor spans about three syncs: about four iterations of temporaries.
+  EXPECT_LE(w.peak_live, 6 * 32 * MiB);
+  EXPECT_EQ(w.alloc.stats().ooms, 0u);
+}

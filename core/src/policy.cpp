@@ -136,8 +136,17 @@ gc_policy::outcome gc_policy::run_collection(gc_kind kind, gc_reason reason) {
     o.live_after = alloc_.live_bytes();
     return o;
   }
-  collecting_scope scope;
   std::lock_guard<std::recursive_timed_mutex> lk(collect_mu_);
+  if (cycle_active()) {
+    // One cycle at a time (Note [Sliced cycles]): finish the one in
+    // progress; it is the collection asked for unless that is a blocking full.
+    const gc_kind k = cycle_;
+    while (!step_cycle(k, reason, &o, true)) {
+    }
+    if (kind != gc_kind::blocking_full) return o;
+    o = outcome{};
+  }
+  collecting_scope scope;
   alloc_.drain();  // frees already queued are not this collection's work
   o.young_before = alloc_.since_mark();
   const std::size_t before = alloc_.live_bytes();
@@ -147,10 +156,9 @@ gc_policy::outcome gc_policy::run_collection(gc_kind kind, gc_reason reason) {
     case gc_kind::minor: gc_.collect_minor(); break;
     case gc_kind::blocking_full: gc_.collect_full(); break;
     case gc_kind::incremental_full:
-      if (!full_active_) gc_.start_full();
+      gc_.start_full();
       while (!gc_.step_full(opts_.slice_seconds)) {
       }
-      full_active_ = false;
       break;
   }
   const double pause = now() - t0;
@@ -169,7 +177,8 @@ gc_policy::outcome gc_policy::run_collection(gc_kind kind, gc_reason reason) {
   return o;
 }
 
-bool gc_policy::step_full_cycle(gc_reason reason, outcome* out, bool back_to_back) {
+// Note [Sliced cycles]
+bool gc_policy::step_cycle(gc_kind kind, gc_reason reason, outcome* out, bool back_to_back) {
   if (t_collecting) {
     if (out) out->live_after = alloc_.live_bytes();
     return true;  // the outer collection does the work
@@ -177,49 +186,51 @@ bool gc_policy::step_full_cycle(gc_reason reason, outcome* out, bool back_to_bac
   collecting_scope scope;
   std::lock_guard<std::recursive_timed_mutex> lk(collect_mu_);
   const double t0 = now();
-  if (!full_active_) {
+  if (!cycle_active()) {
     alloc_.drain();
-    full_live_before_ = alloc_.live_bytes();
-    full_young_before_ = alloc_.since_mark();
-    full_seconds_ = 0;
-    full_run_ = 0;
-    full_blocking_ = false;
-    full_active_ = true;
-    gc_.start_full();
+    cycle_live_before_ = alloc_.live_bytes();
+    cycle_young_before_ = alloc_.since_mark();
+    cycle_seconds_ = 0;
+    cycle_run_ = 0;
+    cycle_blocking_ = false;
+    cycle_ = kind;
+    if (kind == gc_kind::minor) gc_.start_minor();
+    else gc_.start_full();
   }
-  const bool done = gc_.step_full(opts_.slice_seconds);
+  const bool done = cycle_ == gc_kind::minor ? gc_.step_minor(opts_.slice_seconds) : gc_.step_full(opts_.slice_seconds);
   const double slice = now() - t0;
-  full_seconds_ += slice;
+  cycle_seconds_ += slice;
   // Note [A cycle run back to back is blocking]: slices run one after the
   // other (memory is needed now) are one pause, the sum of those slices.
-  full_run_ = back_to_back ? full_run_ + slice : slice;
-  if (back_to_back) full_blocking_ = true;
+  cycle_run_ = back_to_back ? cycle_run_ + slice : slice;
+  if (back_to_back) cycle_blocking_ = true;
   account_exposure(slice);
   {
     std::lock_guard<std::mutex> s(stats_mu_);
     stats_.incremental_slices++;
-    stats_.longest_pause_seconds = std::max(stats_.longest_pause_seconds, full_run_);
+    stats_.longest_pause_seconds = std::max(stats_.longest_pause_seconds, cycle_run_);
     stats_.gc_seconds += slice;  // counted as it happens so that pacing sees it
   }
   if (!done) return false;
-  full_active_ = false;
+  const gc_kind finished = cycle_;
+  cycle_ = gc_kind::blocking_full;
   const double t1 = now();
   gc_.run_finalizers();
   alloc_.drain();
   outcome o;
-  o.young_before = full_young_before_;
+  o.young_before = cycle_young_before_;
   o.live_after = alloc_.live_bytes();
-  o.reclaimed = full_live_before_ > o.live_after ? full_live_before_ - o.live_after : 0;
+  o.reclaimed = cycle_live_before_ > o.live_after ? cycle_live_before_ - o.live_after : 0;
   const double fin = now() - t1;
   account_exposure(fin);
   o.seconds = fin;  // slices are already in gc_seconds
   alloc_.mark();
-  if (full_blocking_) {
+  if (cycle_blocking_) {
     std::lock_guard<std::mutex> s(stats_mu_);
     stats_.blocking_cycles++;
   }
-  record(gc_kind::incremental_full, reason, o, 0);
-  o.seconds = full_seconds_ + fin;
+  record(finished, reason, o, 0);
+  o.seconds = cycle_seconds_ + fin;
   if (out) *out = o;
   return true;
 }
@@ -311,8 +322,9 @@ bool gc_policy::reclaim(device_allocator&, ladder_step step) {
   switch (step) {
     case ladder_step::finish_and_drain: {
       std::lock_guard<std::recursive_timed_mutex> lk(collect_mu_);
-      if (full_active_) {
-        while (!step_full_cycle(gc_reason::ladder, nullptr, true)) {
+      if (cycle_active()) {
+        const gc_kind k = cycle_;
+        while (!step_cycle(k, gc_reason::ladder, nullptr, true)) {
         }
       } else {
         run_collection(gc_kind::minor, gc_reason::ladder);

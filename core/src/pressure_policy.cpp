@@ -148,11 +148,12 @@ class pressure_policy final : public gc_policy {
     // A probe on the allocation's stream: work still running there when a
     // collection ends means the host ran ahead and the collection was hidden
     // (Note [Exposed GC time]).
-    if (full_cycle_active()) {
-      // Pace the cycle by the exposed budget; finish it at once when memory
-      // is needed now (a blocking collection: Note [Whole-heap cycles ...]).
+    if (cycle_active()) {
+      // Finish the cycle at once when memory is needed now (a blocking
+      // collection: Note [Whole-heap cycles pay ...]); otherwise a whole-heap
+      // cycle is paced by the exposed budget, a sliced minor waits for syncs.
       const bool need = young >= budget || over;
-      if (!need && exposed_fraction() >= opts_.gc_budget) return;
+      if (!need && (minor_cycle_active() || exposed_fraction() >= opts_.gc_budget)) return;
       device_probe probe(*this, stream);
       outcome o;
       if (need) finish_cycle(gc_reason::early);
@@ -166,11 +167,10 @@ class pressure_policy final : public gc_policy {
     collected_since_quiet_ += young - bytes;
     if (young < budget) ++headroom_collections_;
     const outcome o = run_collection(gc_kind::minor, gc_reason::early);
-    after_minor(o);
     // Note [No collection storms]: a headroom collection that found little
     // doubles the young bytes the next one needs.
     backoff_ = o.reclaimed * 4 < o.young_before ? std::max(backoff_ * 2, opts_.min_young_bytes) : 0;
-    maybe_start_full(gc_reason::early);
+    finish_minor(o, gc_reason::early);
   }
 
   void iteration() override {
@@ -190,8 +190,8 @@ class pressure_policy final : public gc_policy {
       before_block([&] { return now() - t0 < slack; });
       return;
     }
-    if (full_cycle_active()) {
-      if (exposed_fraction() < opts_.gc_budget) {
+    if (cycle_active()) {
+      if (full_cycle_active() && exposed_fraction() < opts_.gc_budget) {
         outcome o;
         if (step_full_cycle(gc_reason::quiet_moment, &o)) after_full(o);
       }
@@ -210,29 +210,36 @@ class pressure_policy final : public gc_policy {
     const std::size_t budget = alloc_budget();
     const bool enough = young >= static_cast<std::size_t>(opts_.quiet_fraction * static_cast<double>(budget));
     const bool would_cross = static_cast<double>(young) + stretch_ >= static_cast<double>(budget);
-    if (young >= opts_.min_young_bytes / 2 && enough && would_cross) {
-      after_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment));
-      young_at_quiet_ = 0;
-      maybe_start_full(gc_reason::quiet_moment);
-    }
+    if (young >= opts_.min_young_bytes / 2 && enough && would_cross)
+      finish_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment), gc_reason::quiet_moment);
   }
 
  protected:
   // Note [Collect in the device's time] (policy.cpp): what is due runs while
-  // the device works; a whole-heap cycle advances slice by slice until the
-  // device is done or the cycle is.
+  // the device works, slice by slice, stopping a slice short of the end of
+  // the expected slack so that the work stays hidden. A minor that does not
+  // fit runs as a sliced cycle over several syncs where the collector can
+  // (Note [Sliced cycles]).
   void before_block(const std::function<bool()>& device_busy) override {
-    if (!full_cycle_active()) {
+    const double deadline = now() + slack_estimate();
+    const auto room = [&] { return now() + opts_.slice_seconds <= deadline && device_busy(); };
+    if (!cycle_active()) {
       const std::size_t young = alloc_.since_mark();
       if (young < std::max(opts_.min_young_bytes, sync_budget(young))) return;
-      after_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment));
-      young_at_quiet_ = 0;
-      maybe_start_full(gc_reason::quiet_moment);
-      if (!full_cycle_active()) return;
+      const bool fits = minor_cost_.known() && minor_cost_.predict(static_cast<double>(young)) <= slack_estimate();
+      if (!gc_.has_incremental_minor() || fits) {
+        if (!room() && minor_cost_.known()) return;
+        finish_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment), gc_reason::quiet_moment);
+        if (!cycle_active()) return;
+      }
     }
-    while (full_cycle_active() && device_busy()) {
+    while (room()) {
+      const gc_kind k = minor_cycle_active() || !cycle_active() ? gc_kind::minor : gc_kind::incremental_full;
       outcome o;
-      if (step_full_cycle(gc_reason::quiet_moment, &o)) after_full(o);
+      if (!step_cycle(k, gc_reason::quiet_moment, &o)) continue;
+      if (k == gc_kind::minor) finish_minor(o, gc_reason::quiet_moment);
+      else after_full(o);
+      if (!cycle_active()) return;
     }
   }
 
@@ -256,7 +263,8 @@ class pressure_policy final : public gc_policy {
 
   // Note [Two young budgets]: the sync budget, for `young` bytes now.
   std::size_t sync_budget(std::size_t young) const {
-    if (!minor_cost_.known()) return opts_.min_young_bytes;  // learn the cost where it is cheapest
+    // Learn the cost where it is cheapest; a sliced minor stays in the slack.
+    if (!minor_cost_.known() || gc_.has_incremental_minor()) return opts_.min_young_bytes;
     const double exposed = std::max(0.0, minor_cost_.predict(static_cast<double>(young)) - slack_estimate());
     if (exposed <= 0) return opts_.min_young_bytes;
     const double wall = wall_seconds();
@@ -347,11 +355,19 @@ class pressure_policy final : public gc_policy {
 
   void set_floor(std::size_t live) { floor_ = old_ = live; }
 
+  void finish_minor(const outcome& o, gc_reason reason) {
+    after_minor(o);
+    young_at_quiet_ = 0;
+    maybe_start_full(reason);
+  }
+
   void finish_cycle(gc_reason reason) {
+    const gc_kind k = minor_cycle_active() ? gc_kind::minor : gc_kind::incremental_full;
     outcome o;
-    bool done = step_full_cycle(reason, &o, false);
-    while (!done) done = step_full_cycle(reason, &o, true);
-    after_full(o);
+    bool done = step_cycle(k, reason, &o, false);
+    while (!done) done = step_cycle(k, reason, &o, true);
+    if (k == gc_kind::minor) finish_minor(o, reason);
+    else after_full(o);
   }
 
   // Note [Generations of device bytes], Note [Whole-heap cycles pay for the

@@ -57,6 +57,18 @@ class collector {
   virtual bool step_full(double budget_seconds) = 0;
   virtual bool full_in_progress() const = 0;
 
+  // A minor collection in bounded slices (Boehm in incremental mode with a
+  // time limit: its mark runs while the mutator runs). start_minor() starts
+  // it; step_minor() advances it for about `budget_seconds` and returns true
+  // when it completed. Default: no such thing — start_minor() runs
+  // collect_minor() to completion and step_minor() reports it done.
+  virtual bool has_incremental_minor() const noexcept { return false; }
+  virtual void start_minor() { collect_minor(); }
+  virtual bool step_minor(double budget_seconds) {
+    (void)budget_seconds;
+    return true;
+  }
+
   // Blocking whole-heap collection (stop-the-world where the runtime has
   // one). Used by the reclaim ladder and by baselines, never by the pressure
   // policy in a steady state.

@@ -121,13 +121,21 @@ class gc_policy : public allocation_hook {
   // incremental_full is finished in one go), then finalizers and the drain,
   // then records it. Resets the allocator's since-mark.
   outcome run_collection(gc_kind kind, gc_reason reason);
-  // Advances the incremental whole-heap cycle by one slice; starts it if
-  // needed. Returns true (with `out` filled) when the cycle completed.
-  // back_to_back: this slice follows the previous one at once because memory
-  // is needed now; such a run is one blocking pause (counted in
-  // blocking_cycles, its pause the sum of the slices).
-  bool step_full_cycle(gc_reason reason, outcome* out, bool back_to_back = false);
-  bool full_cycle_active() const noexcept { return full_active_; }
+  // Note [Sliced cycles]: a whole-heap cycle (incremental_full), or a minor
+  // on a collector with incremental minors, runs as a cycle of slices.
+  // step_cycle() advances the cycle of `kind` by one slice, starting it if
+  // none is active (only one cycle at a time: a request for the other kind
+  // advances the active one). Returns true (with `out` filled) when the cycle
+  // completed. back_to_back: this slice follows the previous one at once
+  // because memory is needed now; such a run is one blocking pause (counted
+  // in blocking_cycles, its pause the sum of the slices).
+  bool step_cycle(gc_kind kind, gc_reason reason, outcome* out, bool back_to_back = false);
+  bool step_full_cycle(gc_reason reason, outcome* out, bool back_to_back = false) {
+    return step_cycle(gc_kind::incremental_full, reason, out, back_to_back);
+  }
+  bool cycle_active() const noexcept { return cycle_ != gc_kind::blocking_full; }
+  bool minor_cycle_active() const noexcept { return cycle_ == gc_kind::minor; }
+  bool full_cycle_active() const noexcept { return cycle_ == gc_kind::incremental_full; }
   void record(gc_kind kind, gc_reason reason, const outcome& o, double pause);
 
   // Called by synchronize() while the device is still busy, with the
@@ -157,12 +165,14 @@ class gc_policy : public allocation_hook {
   double slack_ = 0;              // guarded by stats_mu_
 
   // Incremental whole-heap cycle state (guarded by collect_mu_).
-  bool full_active_ = false;
-  double full_seconds_ = 0;
-  std::size_t full_live_before_ = 0;
-  std::size_t full_young_before_ = 0;
-  double full_run_ = 0;        // length of the current run of back-to-back slices
-  bool full_blocking_ = false;  // some slices of this cycle ran back to back
+  // The cycle in progress (Note [Sliced cycles]), guarded by collect_mu_.
+  // blocking_full stands for "none".
+  gc_kind cycle_ = gc_kind::blocking_full;
+  double cycle_seconds_ = 0;
+  std::size_t cycle_live_before_ = 0;
+  std::size_t cycle_young_before_ = 0;
+  double cycle_run_ = 0;         // length of the current run of back-to-back slices
+  bool cycle_blocking_ = false;  // some slices of this cycle ran back to back
 };
 
 // Creates a policy by name: pressure | at_limit | every_iteration | cudajl |
