@@ -25,6 +25,9 @@ void cuda_launch_slow_fill(void*, std::size_t, unsigned char, unsigned long long
 // No CUDA stream can exist, so any ref a caller passes is the default stream,
 // whose work (there is none) is always complete.
 stream_ops& cuda_stream_ops() noexcept { return synchronous_stream_ops(); }
+std::uint64_t cuda_stream_capture_id(stream_ref) noexcept { return 0; }
+cuda_relaxed_capture_scope::cuda_relaxed_capture_scope() noexcept = default;
+cuda_relaxed_capture_scope::~cuda_relaxed_capture_scope() = default;
 
 // The constructors throw, so the members below can never run; they exist
 // only to complete the classes' vtables.

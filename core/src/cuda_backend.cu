@@ -287,6 +287,29 @@ stream_ops& cuda_stream_ops() noexcept {
   return *ops;
 }
 
+std::uint64_t cuda_stream_capture_id(stream_ref s) noexcept {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  if (cudaStreamGetCaptureInfo(as_stream(s), &status, &id) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  if (status == cudaStreamCaptureStatusNone) return 0;
+  return id != 0 ? id : ~std::uint64_t{0};  // capturing, whatever the id says
+}
+
+cuda_relaxed_capture_scope::cuda_relaxed_capture_scope() noexcept {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess) prev_ = static_cast<int>(mode);
+  else (void)cudaGetLastError();
+}
+
+cuda_relaxed_capture_scope::~cuda_relaxed_capture_scope() {
+  if (prev_ < 0) return;
+  auto mode = static_cast<cudaStreamCaptureMode>(prev_);
+  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) (void)cudaGetLastError();
+}
+
 // --- cuda_resource -----------------------------------------------------------
 
 cuda_resource::cuda_resource(int device) : device_(device) { require_device(device); }

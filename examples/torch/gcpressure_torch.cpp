@@ -110,6 +110,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -121,13 +122,19 @@
 #include "gcpressure/config.hpp"
 #include "gcpressure/cuda_resource.hpp"
 #include "gcpressure/error.hpp"
+#include "gcpressure/host_resource.hpp"
 #include "gcpressure/policy.hpp"
+#include "torch_graphs.hpp"
+#include "torch_profile.hpp"
 
 #define GCP_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace {
 
 using namespace gcpressure;
+using gcp_torch::graph_memory;
+using gcp_torch::prof_scope;
+using gcp_torch::prof_site;
 using clock_type = std::chrono::steady_clock;
 
 double seconds_since(clock_type::time_point t) {
@@ -146,11 +153,15 @@ struct settings {
   int gen1_every = 4;
   bool pending_handoff = false;  // Py_AddPendingCall instead of the helper thread
   bool oom_null = false;         // Note [Out of memory]
+  bool capture_check = true;     // Note [Graph capture]: ask every allocation's stream
 };
 
 struct device_slot {
   std::unique_ptr<device_allocator> alloc;
   std::unique_ptr<gc_policy> policy;
+  std::unique_ptr<gcp_torch::hook_gate> gate;  // the allocator's hook: the policy, off during captures
+  std::unique_ptr<graph_memory> graphs;        // Note [Graph capture]
+  bool capture_check = true;
 };
 
 class py_collector;
@@ -724,6 +735,10 @@ device_slot& slot(int device) {
   auto s = std::make_unique<device_slot>();
   s->alloc = std::make_unique<device_allocator>(allocator_options::from_config(c));
   s->policy = make_policy(c.policy, *s->alloc, collector_locked(g), policy_options::from_config(c));
+  s->gate = std::make_unique<gcp_torch::hook_gate>(*s->policy);
+  s->alloc->set_hook(s->gate.get());
+  s->graphs = std::make_unique<graph_memory>(*s->alloc, device, c.backend == backend_choice::host);
+  s->capture_check = g.s.capture_check;
   device_slot* p = s.release();  // leaked: Note [Finalization]
   g.devices[static_cast<std::size_t>(device)].store(p, std::memory_order_release);
   return *p;
@@ -786,7 +801,8 @@ std::string stats_json() {
      << json_escape(s.cfg.hard_limit.to_string()) << "\",\"gc_budget\":" << s.cfg.gc_budget
      << ",\"gil_wait\":" << s.gil_wait << ",\"minor_generation\":" << s.minor_generation
      << ",\"gen1_every\":" << s.gen1_every << ",\"handoff\":\"" << (s.pending_handoff ? "pending" : "helper")
-     << "\",\"oom\":\"" << (s.oom_null ? "null" : "throw") << "\"},";
+     << "\",\"oom\":\"" << (s.oom_null ? "null" : "throw") << "\",\"capture_check\":"
+     << (s.capture_check ? "true" : "false") << "},";
   os << "\"entries\":{\"alloc_calls\":" << u(c.alloc_calls) << ",\"free_calls\":" << u(c.free_calls)
      << ",\"zero_size\":" << u(c.zero_size) << ",\"ooms\":" << u(c.ooms) << ",\"oom_retries\":" << u(c.oom_retries) << ",\"errors\":" << u(c.errors)
      << ",\"entries_with_gil\":" << u(c.entries_with_gil) << ",\"gil_released\":" << u(c.gil_released) << "},";
@@ -805,6 +821,13 @@ std::string stats_json() {
      << ",\"requested_seconds\":" << static_cast<double>(u(c.requested_ns)) * 1e-9
      << ",\"unreachable\":" << u(c.unreachable) << ",\"callback_errors\":" << u(c.callback_errors)
      << ",\"hook_installed\":" << (g_hook_installed ? "true" : "false") << "},";
+  os << "\"profile\":" << gcp_torch::P().json() << ",\"graphs\":[";
+  for (int d = 0, n = 0; d < k_max_devices; ++d) {
+    device_slot* sl = existing(d);
+    if (!sl) continue;
+    os << (n++ ? "," : "") << sl->graphs->stats_json().insert(1, "\"hook_skipped\":" + std::to_string(sl->gate->skipped()) + ",");
+  }
+  os << "],";
   os << "\"devices\":[";
   bool first = true;
   for (int d = 0; d < k_max_devices; ++d) {
@@ -846,6 +869,7 @@ int guarded(F&& f) noexcept {
 
 namespace {
 void* alloc_impl(size_t size, int device, void* stream, bool nothrow) {
+  prof_scope timed(prof_site::alloc);
   C().alloc_calls.fetch_add(1, std::memory_order_relaxed);
   if (size == 0) {
     C().zero_size.fetch_add(1, std::memory_order_relaxed);
@@ -854,7 +878,19 @@ void* alloc_impl(size_t size, int device, void* stream, bool nothrow) {
   std::string err;
   try {
     device_slot& s = slot(device);
-    entry_guard guard;
+    if (s.capture_check) {  // Note [Graph capture]: no hook, no GIL, no event
+      std::uint64_t capture;
+      {
+        prof_scope t(prof_site::capture_check);
+        capture = s.graphs->capture_id(stream);
+      }
+      if (capture) return s.graphs->allocate(size, stream, capture);
+    }
+    std::optional<entry_guard> guard;
+    {
+      prof_scope t(prof_site::entry_guard);
+      guard.emplace();
+    }
     // Note [Retrying an OOM under contention]: while one thread runs the
     // reclaim ladder, others keep allocating (the policy lets them past a
     // running collection); they can take what the ladder freed before its
@@ -863,6 +899,7 @@ void* alloc_impl(size_t size, int device, void* stream, bool nothrow) {
     for (int attempt = 0;; ++attempt) {
       const std::uint64_t before = g_alloc_entries.fetch_add(1, std::memory_order_relaxed) + 1;
       try {
+        prof_scope t(prof_site::allocate_core);
         return s.alloc->allocate(size, stream);
       } catch (const out_of_memory&) {
         if (attempt >= 2 || g_alloc_entries.load(std::memory_order_relaxed) == before) throw;
@@ -900,6 +937,7 @@ GCP_EXPORT void* gcp_torch_alloc_nothrow(size_t size, int device, void* stream) 
 // the collection lock, never touches Python; safe from finalizers, during
 // interpreter shutdown and at process exit. Misuse is reported on stderr.
 GCP_EXPORT void gcp_torch_free(void* ptr, size_t size, int device, void* stream) {
+  prof_scope timed(prof_site::free);
   C().free_calls.fetch_add(1, std::memory_order_relaxed);
   if (!ptr) return;
   device_slot* s = existing(device);
@@ -907,6 +945,7 @@ GCP_EXPORT void gcp_torch_free(void* ptr, size_t size, int device, void* stream)
     std::fprintf(stderr, "gcpressure_torch: free of %p on device %d, which never allocated\n", ptr, device);
     return;
   }
+  if (s->graphs->deallocate(ptr, size, stream)) return;  // a graph pool's block (Note [Graph capture])
   s->alloc->deallocate(ptr, size, stream);
 }
 
@@ -955,6 +994,9 @@ GCP_EXPORT int gcp_torch_init(const char* backend, const char* soft_limit, const
 //   oom            "throw" (default) or "null"  (Note [Out of memory])
 //   every_n        the every_iteration policy's N
 //   verbose        "1": one stderr line per collection
+//   capture_check  "on" (default): every allocation asks whether its stream
+//                  is capturing a CUDA graph (Note [Graph capture]); "off"
+//                  saves that call where no graph is ever captured
 GCP_EXPORT int gcp_torch_set_option(const char* key, const char* value) {
   if (!key || !value) return fail("gcp_torch_set_option: null key or value");
   return guarded([&] {
@@ -991,6 +1033,9 @@ GCP_EXPORT int gcp_torch_set_option(const char* key, const char* value) {
     } else if (k == "every_n") {
       g.s.cfg.every_n = std::stoi(v);
       if (g.s.cfg.every_n < 1) return fail("gcp_torch_set_option: every_n must be >= 1");
+    } else if (k == "capture_check") {
+      if (v != "on" && v != "off") return fail("gcp_torch_set_option: capture_check must be on or off");
+      g.s.capture_check = v == "on";
     } else if (k == "verbose") {
       g.s.cfg.verbose = v == "1" || v == "true";
     } else {
@@ -1066,6 +1111,76 @@ GCP_EXPORT int gcp_torch_quiet_moment(int device) {
   });
 }
 
+// The host is about to wait for all work queued on `stream` (issue 11):
+// runs the collection work that is due while that work still runs, then
+// blocks until it has completed (gc_policy::synchronize, Note [Collect in the
+// device's time] in core/src/policy.cpp). The GIL may be held or not (the
+// Python side calls it through ctypes.CDLL: released). During a capture
+// (this stream's, or any announced one) it does nothing: synchronising there
+// is illegal, and the caller's own synchronize reports it as PyTorch does.
+GCP_EXPORT int gcp_torch_synchronize(int device, void* stream) {
+  return guarded([&] {
+    device_slot& s = slot(device);
+    if (graph_memory::active_captures().load() > 0 || s.graphs->capture_id(stream)) return 0;
+    entry_guard guard;
+    s.policy->synchronize(stream);
+    return 0;
+  });
+}
+
+// CUDA graphs (Note [Graph capture]; gcpressure_torch.py calls these from
+// its wrappers of CUDAGraph.capture_begin / capture_end and a weakref
+// finalizer on the graph). capture_begin: `stream` has just begun capturing
+// into PyTorch's pool {pool_hi, pool_lo} ({0, 0}: a pool of its own; the key
+// used is written to *out_hi/*out_lo). Returns 0, or -1 if the stream is not
+// capturing. capture_end: before PyTorch ends the capture. graph_release: a
+// graph that captured into the pool was destroyed.
+GCP_EXPORT int gcp_torch_capture_begin(int device, void* stream, unsigned long long pool_hi,
+                                       unsigned long long pool_lo, unsigned long long* out_hi,
+                                       unsigned long long* out_lo) {
+  return guarded([&] {
+    gcp_torch::pool_key key{pool_hi, pool_lo};
+    if (!slot(device).graphs->begin(stream, key)) return fail("gcp_torch_capture_begin: the stream is not capturing");
+    if (out_hi) *out_hi = key.first;
+    if (out_lo) *out_lo = key.second;
+    return 0;
+  });
+}
+
+GCP_EXPORT int gcp_torch_capture_end(int device, void* stream) {
+  return guarded([&] {
+    slot(device).graphs->end(stream);
+    return 0;
+  });
+}
+
+GCP_EXPORT int gcp_torch_graph_release(int device, unsigned long long pool_hi, unsigned long long pool_lo) {
+  return guarded([&] {
+    if (device_slot* s = existing(device)) s->graphs->release({pool_hi, pool_lo});
+    return 0;
+  });
+}
+
+// Test support (CPU ctests, host backend): allocations on `stream` behave as
+// if it captured, with capture id `id` (0: no longer).
+GCP_EXPORT int gcp_torch_test_capture(int device, void* stream, unsigned long long id) {
+  return guarded([&] {
+    slot(device).graphs->set_test_capture(stream, id);
+    return 0;
+  });
+}
+
+// Test support: a new host_stream (the host backend's streams: an in-order
+// worker thread each) as a stream handle; never destroyed. NULL on failure.
+GCP_EXPORT void* gcp_torch_test_host_stream(void) {
+  try {
+    return (new host_stream())->ref();
+  } catch (const std::exception& e) {
+    fail(e.what());
+    return nullptr;
+  }
+}
+
 // Returns idle cached memory to the driver (torch.cuda.empty_cache's job).
 GCP_EXPORT int gcp_torch_trim(int device) {
   return guarded([&] {
@@ -1074,6 +1189,7 @@ GCP_EXPORT int gcp_torch_trim(int device) {
     entry_guard guard;
     s->alloc->drain();
     s->alloc->trim();
+    s->graphs->release_retired();
     return 0;
   });
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "gcpressure/resource.hpp"
 
@@ -32,6 +33,28 @@ void cuda_launch_slow_fill(void* p, std::size_t bytes, unsigned char value, unsi
                            stream_ref s);
 // Stream ops for cudaStream_t refs.
 stream_ops& cuda_stream_ops() noexcept;
+
+// CUDA graph capture (used by the PyTorch plug-in, examples/torch). The
+// capture sequence id of `s` (cudaStreamGetCaptureInfo), or 0 when `s` is not
+// capturing, and always 0 without CUDA. An invalidated capture still counts
+// as capturing. Thread-safe; never blocks; legal while any stream captures.
+std::uint64_t cuda_stream_capture_id(stream_ref s) noexcept;
+// While alive, this thread's stream-capture mode is relaxed
+// (cudaThreadExchangeStreamCaptureMode): a cudaMalloc made in it is legal
+// while a stream captures in global mode, as PyTorch's caching allocator does
+// for its graph pools (the graph keeps the address; replays allocate
+// nothing). Event queries and synchronisation stay illegal. Thread-safe
+// (per thread); no-op without CUDA.
+class cuda_relaxed_capture_scope {
+ public:
+  cuda_relaxed_capture_scope() noexcept;
+  ~cuda_relaxed_capture_scope();
+  cuda_relaxed_capture_scope(const cuda_relaxed_capture_scope&) = delete;
+  cuda_relaxed_capture_scope& operator=(const cuda_relaxed_capture_scope&) = delete;
+
+ private:
+  int prev_ = -1;  // the thread's previous mode; -1: nothing to restore
+};
 
 // cudaMalloc / cudaFree. cudaFree synchronises the device, so frees are
 // trivially ordered.

@@ -35,8 +35,9 @@ import json
 import os
 import threading
 
-__all__ = ["install", "configure", "stats", "raw_stats", "collect", "iteration", "quiet_moment", "usage",
-           "set_limits", "reset_peaks", "trim", "find_library", "Library", "GcpressureTorchError"]
+__all__ = ["install", "uninstall", "configure", "stats", "raw_stats", "collect", "iteration", "quiet_moment",
+           "synchronize", "usage", "set_limits", "reset_peaks", "trim", "find_library", "Library",
+           "GcpressureTorchError"]
 
 LIB_NAME = "libgcpressure_torch.so"
 ALLOC_FN = "gcp_torch_alloc"
@@ -110,6 +111,19 @@ class Library:
             lib.gcp_torch_stats_json.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
             lib.gcp_torch_last_error.restype = ctypes.c_char_p
             lib.gcp_torch_last_error.argtypes = []
+            lib.gcp_torch_synchronize.restype = ctypes.c_int
+            lib.gcp_torch_synchronize.argtypes = [ctypes.c_int, ctypes.c_void_p]
+            u64, pu64 = ctypes.c_ulonglong, ctypes.POINTER(ctypes.c_ulonglong)
+            lib.gcp_torch_capture_begin.restype = ctypes.c_int
+            lib.gcp_torch_capture_begin.argtypes = [ctypes.c_int, ctypes.c_void_p, u64, u64, pu64, pu64]
+            lib.gcp_torch_capture_end.restype = ctypes.c_int
+            lib.gcp_torch_capture_end.argtypes = [ctypes.c_int, ctypes.c_void_p]
+            lib.gcp_torch_graph_release.restype = ctypes.c_int
+            lib.gcp_torch_graph_release.argtypes = [ctypes.c_int, u64, u64]
+            lib.gcp_torch_test_capture.restype = ctypes.c_int
+            lib.gcp_torch_test_capture.argtypes = [ctypes.c_int, ctypes.c_void_p, u64]
+            lib.gcp_torch_test_host_stream.restype = ctypes.c_void_p
+            lib.gcp_torch_test_host_stream.argtypes = []
             lib.gcp_torch_selftest_native.restype = ctypes.c_long
             lib.gcp_torch_selftest_native.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_size_t, ctypes.c_int,
                                                       ctypes.c_int]
@@ -176,10 +190,17 @@ def configure(soft_limit=None, hard_limit=None, policy: str | None = "pressure",
 
 
 def install(soft_limit=None, hard_limit=None, policy: str | None = "pressure", budget: float | None = None, *,
-            lib: str | None = None, **options) -> Library:
+            lib: str | None = None, hook_synchronize: bool = True, hook_graphs: bool = True,
+            **options) -> Library:
     """Makes gcpressure PyTorch's CUDA allocator. Call it before the first
     CUDA allocation (PyTorch refuses to swap an allocator that has
-    allocated). Arguments as in configure(); the backend is cuda_async."""
+    allocated). Arguments as in configure(); the backend is cuda_async.
+    hook_synchronize: torch.cuda.synchronize runs synchronize() first (due
+    collection work while the device still works). hook_graphs:
+    CUDAGraph.capture_begin/capture_end announce captures, so that each
+    graph's memory is a pool of its own, released with the graph (Note [Graph
+    capture] in torch_graphs.hpp; without it captures still work, their pools
+    are never released). uninstall() removes both hooks."""
     import torch  # noqa: F401  (only here: configure() works without torch)
     import torch.cuda.memory as tcm
 
@@ -194,10 +215,109 @@ def install(soft_limit=None, hard_limit=None, policy: str | None = "pressure", b
                                    "anything allocates CUDA memory") from e
     global _pluggable
     _pluggable = alloc  # keep it alive
+    _hook_torch(torch, hook_synchronize, hook_graphs)
     return L
 
 
 _pluggable = None
+_hooks: list = []  # (owner, attribute name, original) to restore in uninstall()
+
+
+def _stream_handle(stream, device: int):
+    """A CUDA stream's handle for the library: None -> torch's current stream
+    on `device` (the host backend: the default stream)."""
+    if stream is None:
+        if _config.get("backend") not in ("cuda_async", "cuda"):
+            return None
+        import torch
+        return torch.cuda.current_stream(device).cuda_stream
+    return getattr(stream, "cuda_stream", stream)
+
+
+def synchronize(stream=None, device=None) -> None:
+    """The host is about to wait for `stream` (default: torch's current
+    stream): runs collection work that is due while the device still works,
+    then blocks until the stream's queued work has completed (the policy
+    learns the slack; Note [Collect in the device's time] in
+    core/src/policy.cpp). Does nothing during a CUDA graph capture."""
+    L = _need()
+    dev = _device(device)
+    L.check(L.c.gcp_torch_synchronize(dev, _stream_handle(stream, dev)), "synchronize", L.c)
+
+
+def _set_hook(owner, name: str, value) -> None:
+    _hooks.append((owner, name, getattr(owner, name)))
+    setattr(owner, name, value)
+
+
+def _hook_torch(torch, hook_synchronize: bool = True, hook_graphs: bool = True) -> None:
+    """Installs the Python-level hooks on `torch` (install() calls it; tests
+    pass a stand-in). Idempotent per process: uninstall() first to redo."""
+    if _hooks:
+        return
+    if hook_synchronize:
+        orig_sync = torch.cuda.synchronize
+
+        def cuda_synchronize(device=None):
+            # Our hint first (errors never break the caller's sync), then
+            # PyTorch's own, device-wide synchronize.
+            try:
+                dev = torch.cuda.current_device() if device is None else _device(device)
+                _lib.c.gcp_torch_synchronize(dev, torch.cuda.current_stream(dev).cuda_stream)
+            except Exception:  # noqa: BLE001
+                pass
+            return orig_sync(device)
+
+        cuda_synchronize.__wrapped__ = orig_sync
+        cuda_synchronize.__doc__ = orig_sync.__doc__
+        _set_hook(torch.cuda, "synchronize", cuda_synchronize)
+    graph_cls = getattr(getattr(torch.cuda, "graphs", None), "CUDAGraph", None)
+    if hook_graphs and graph_cls is not None:
+        orig_begin, orig_end = graph_cls.capture_begin, graph_cls.capture_end
+
+        def capture_begin(self, *args, **kwargs):
+            orig_begin(self, *args, **kwargs)
+            pool = kwargs.get("pool", args[0] if args else None)
+            _announce_capture(torch, self, pool)
+
+        def capture_end(self, *args, **kwargs):
+            cap = getattr(self, "_gcp_capture", None)
+            if cap is not None and _lib is not None:
+                _lib.c.gcp_torch_capture_end(cap[0], cap[1])
+            return orig_end(self, *args, **kwargs)
+
+        _set_hook(graph_cls, "capture_begin", capture_begin)
+        _set_hook(graph_cls, "capture_end", capture_end)
+
+
+def _announce_capture(torch, graph, pool) -> None:
+    """Tells the library which pool the capture just begun on the current
+    stream allocates from, and releases that use when `graph` dies."""
+    import weakref
+
+    L = _lib
+    if L is None:
+        return
+    dev = torch.cuda.current_device()
+    handle = torch.cuda.current_stream(dev).cuda_stream
+    hi, lo = (int(pool[0]), int(pool[1])) if pool is not None else (0, 0)
+    out_hi, out_lo = ctypes.c_ulonglong(), ctypes.c_ulonglong()
+    if L.c.gcp_torch_capture_begin(dev, handle, hi, lo, ctypes.byref(out_hi), ctypes.byref(out_lo)) != 0:
+        return  # not capturing after all: nothing to release
+    graph._gcp_capture = (dev, handle)
+    try:
+        weakref.finalize(graph, L.c.gcp_torch_graph_release, dev, out_hi.value, out_lo.value)
+    except TypeError:
+        pass  # not weak-referenceable: the pool is never released (conservative)
+
+
+def uninstall() -> None:
+    """Removes the hooks install() put on torch (torch.cuda.synchronize,
+    CUDAGraph.capture_begin/capture_end). The allocator itself stays:
+    PyTorch cannot swap an allocator that has allocated."""
+    while _hooks:
+        owner, name, orig = _hooks.pop()
+        setattr(owner, name, orig)
 
 
 def _need() -> Library:
