@@ -1,27 +1,32 @@
 #!/usr/bin/env bash
 # Runs the PyTorch allocator's tests on the GPU machine (H200, torch 2.11,
 # Python 3.12) and writes every result under $OUT: one .jsonl per test (the
-# JSON lines each test prints), its stderr, and summary.txt.
+# JSON lines each test prints), its stderr, and summary.txt. About 4 minutes.
 #
-# Build here first (the GPU machine has no Boehm GC, which the top-level
-# CMake needs), carry the build folder, then run this there from the repo root:
+# Build here first (standalone: core + the plug-in, no Boehm), carry the
+# build folder, then run this there from the repo root:
 #
-#   cmake -S . -B build-torch-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release \
-#         -DCMAKE_CUDA_ARCHITECTURES=90 -DGCPRESSURE_BUILD_BENCH=OFF
-#   cmake --build build-torch-cuda -j2 --target gcpressure_torch
-#   # there (carry build-torch-cuda):
-#   bash examples/torch/torch_h200.sh            # or: bash examples/torch/torch_h200.sh BUILD_DIR
+#   cmake -S examples/torch -B build/torch-cuda -G Ninja -DGCPRESSURE_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
+#   cmake --build build/torch-cuda -j2 --target gcpressure_torch
+#   # there (carry build/torch-cuda):
+#   bash examples/torch/torch_h200.sh build/torch-cuda
 #
 # The library needs nothing but libstdc++ and the driver (cudart is linked
 # statically), so no LD_LIBRARY_PATH is needed. The interpreter: $PYTHON, else
 # the first of python3 and /opt/torch/.venv/bin/python3 that imports torch.
-# QUICK=1 runs the short versions (--quick). Exit status: the number of
-# failed steps (0: all passed).
+# QUICK=1 (the default; QUICK=0 for the long versions) runs the short
+# versions (--quick) of cycle_loop, training and threads_torch. PIP=1 also
+# runs check_pip.sh with this interpreter (needs cmake and a compiler there).
+# Exit status: the number of failed steps (0: all passed).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${1:-$ROOT/build-torch-cuda}
-LIB=${GCPRESSURE_TORCH_LIB:-$BUILD/examples/torch/libgcpressure_torch.so}
+LIB=${GCPRESSURE_TORCH_LIB:-}
+if [ -z "$LIB" ]; then  # standalone build: the library at the top; root build: under examples/torch
+  LIB=$BUILD/libgcpressure_torch.so
+  [ -f "$LIB" ] || LIB=$BUILD/examples/torch/libgcpressure_torch.so
+fi
 OUT=${OUT:-$ROOT/torch-results}
 T=$ROOT/examples/torch/tests
 mkdir -p "$OUT"
@@ -44,7 +49,7 @@ if [ -z "$PY" ]; then
 fi
 
 QARG=()
-[ "${QUICK:-0}" = 1 ] && QARG=(--quick)
+[ "${QUICK:-1}" = 1 ] && QARG=(--quick)
 
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -79,18 +84,27 @@ step cpu_api 300 "$PY" "$T/test_cpu_api.py" --lib "$LIB"
 step cpu_threads 300 "$PY" "$T/test_cpu_ctypes.py" --lib "$LIB" --threads 4 --iters 400
 step cpu_native_threads 300 "$PY" "$T/test_cpu_ctypes.py" --lib "$LIB" --threads 3 --iters 300 --native-threads 3 --python-gc off
 step cpu_cycle_sim 300 "$PY" "$T/test_cycle_loop.py" --lib "$LIB" --cpu-sim
+step cpu_graphs 120 "$PY" "$T/test_cpu_graphs.py" --lib "$LIB"
 
 # The issue's three GPU tests.
 step cycle_loop 1200 "$PY" "$T/test_cycle_loop.py" --lib "$LIB" "${QARG[@]}"
 step training 1800 "$PY" "$T/test_training.py" --lib "$LIB" "${QARG[@]}"
 step threads_torch 1200 "$PY" "$T/test_threads_torch.py" --lib "$LIB" "${QARG[@]}"
 
+# Issue 14: CUDA graph capture + replay and torch.compile(mode="reduce-overhead")
+# against PyTorch's allocator; the ~1 ms compiled step and its profile.
+step graphs 600 "$PY" "$T/test_graphs.py" --lib "$LIB"
+step small_step 600 "$PY" "$T/bench_small_step.py" --lib "$LIB"
+if [ "${PIP:-0}" = 1 ]; then
+  step check_pip 600 env PYTHON="$PY" bash "$ROOT/examples/torch/check_pip.sh"
+fi
+
 {
   cat "$OUT/env.txt"
   echo
   printf '%s\n' "${rows[@]}"
   echo
-  for f in cycle_loop training threads_torch; do
+  for f in cycle_loop training threads_torch graphs small_step; do
     echo "--- $f summary"
     grep '"summary": true' "$OUT/$f.jsonl" 2>/dev/null | tail -n 1
   done
