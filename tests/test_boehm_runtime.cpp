@@ -48,3 +48,124 @@ TEST(BoehmSync, SynchronizeAndWillBlockReachThePolicy) {
   h.quiet_moment();
   EXPECT_EQ(h.stats().gc.syncs, 2u) << "quiet_moment(will_block) is a hint, not a sync";
 }
+
+// --- every collection counted ---------------------------------------------------
+
+namespace {
+
+// Host garbage through Boehm's allocator: Boehm collects on its own when
+// enough was allocated since its last collection.
+[[gnu::noinline]] void churn(std::size_t bytes) {
+  for (std::size_t done = 0; done < bytes; done += 1024) {
+    auto* p = static_cast<volatile char*>(GC_MALLOC(1024));
+    p[0] = 1;
+  }
+}
+
+// Runs `call` and adds the collections completed during it to `*inside`
+// (single-threaded callers only: nothing else collects meanwhile).
+template <class F>
+void bracket(std::uint64_t* inside, F&& call) {
+  const GC_word before = GC_get_gc_no();
+  call();
+  *inside += GC_get_gc_no() - before;
+}
+
+void* GC_CALLBACK swap_full_freq(void* p) {
+  auto* v = static_cast<int*>(p);
+  const int old = GC_get_full_freq();
+  GC_set_full_freq(*v);
+  *v = old;
+  return nullptr;
+}
+
+}  // namespace
+
+// Note [Every collection is counted]: GC_get_gc_no() == collections the
+// collector calls completed + Boehm's own, exactly; the test measures the
+// first share itself by bracketing each call.
+TEST(BoehmCounting, PolicyAndOwnSplitTheCollectionCountExactly) {
+  gb::init();
+  gb::boehm_collector gc;
+  gc.collect_minor();  // nothing in progress from before
+  const gcp::collector_counters c0 = gc.counters();
+  const GC_word n0 = GC_get_gc_no();
+  const std::uint64_t p0 = gb::boehm_collector::policy_collections();
+  std::uint64_t inside = 0;
+  for (int round = 0; round < 12; ++round) {
+    bracket(&inside, [&] { gc.collect_minor(); });
+    churn(2 * MiB);  // Boehm's own, allocation-triggered collections
+    if (round % 4 == 1)
+      bracket(&inside, [&] {
+        gc.start_full();
+        while (!gc.step_full(0.002)) {
+        }
+      });
+    if (round == 6) bracket(&inside, [&] { gc.collect_full(); });
+  }
+  const gcp::collector_counters c1 = gc.counters();
+  const GC_word n1 = GC_get_gc_no();
+  const std::uint64_t own = c1.own_collections - c0.own_collections;
+  std::printf("gc_no +%lu: inside collector calls %llu, Boehm's own %llu (whole-heap %llu), own %.3f s of %.3f s\n",
+              static_cast<unsigned long>(n1 - n0), static_cast<unsigned long long>(inside),
+              static_cast<unsigned long long>(own),
+              static_cast<unsigned long long>(c1.own_full_collections - c0.own_full_collections),
+              c1.own_seconds - c0.own_seconds, c1.seconds - c0.seconds);
+  EXPECT_EQ(c1.collections - c0.collections, n1 - n0);
+  EXPECT_GE(inside, 12u + 3u + 1u) << "each call completes at least one collection";
+  EXPECT_GT(own, 0u) << "24 MiB of host garbage and Boehm never collected on its own?";
+  EXPECT_EQ(inside + own, n1 - n0);
+  EXPECT_EQ(gb::boehm_collector::policy_collections() - p0, inside);
+  EXPECT_GT(c1.own_seconds, c0.own_seconds);
+  EXPECT_GE(c1.seconds - c0.seconds, c1.own_seconds - c0.own_seconds);
+  EXPECT_FALSE(c1.own_seconds_exact) << "incremental mode: slices inside allocations are not timed";
+}
+
+TEST(BoehmCounting, ForcedGcollectOutsideTheInterfaceIsOwnAndWholeHeap) {
+  gb::init();
+  gb::boehm_collector gc;
+  gc.collect_minor();  // completes anything in progress, so GC_gcollect runs exactly one
+  const gcp::collector_counters c0 = gc.counters();
+  const std::uint64_t p0 = gb::boehm_collector::policy_collections();
+  GC_gcollect();
+  const gcp::collector_counters c1 = gc.counters();
+  EXPECT_EQ(c1.collections - c0.collections, 1u);
+  EXPECT_EQ(c1.own_collections - c0.own_collections, 1u);
+  EXPECT_EQ(c1.own_full_collections - c0.own_full_collections, 1u);
+  EXPECT_EQ(c1.full_collections - c0.full_collections, 1u);
+  EXPECT_EQ(gb::boehm_collector::policy_collections(), p0);
+  EXPECT_GT(c1.own_seconds, c0.own_seconds) << "GC_EVENT_START/END time a stop-the-world collection";
+  // The same through the interface is the policy's, and whole-heap.
+  gc.collect_full();
+  const gcp::collector_counters c2 = gc.counters();
+  EXPECT_EQ(c2.own_collections, c1.own_collections);
+  EXPECT_EQ(c2.full_collections - c1.full_collections, 1u);
+  EXPECT_EQ(gb::boehm_collector::policy_collections() - p0, 1u);
+}
+
+// Boehm makes every (full_freq+1)-th of its own cycles whole-heap
+// (GC_maybe_gc, alloc.c): with full_freq 3, a quarter of its own
+// collections are counted as own whole-heap ones.
+TEST(BoehmCounting, BoehmsForcedFullsAreOwnWholeHeap) {
+  gb::init();
+  gb::boehm_collector gc;
+  gc.collect_minor();
+  int freq = 3;
+  GC_call_with_alloc_lock(swap_full_freq, &freq);
+  const gcp::collector_counters c0 = gc.counters();
+  const std::uint64_t p0 = gb::boehm_collector::policy_collections();
+  for (int i = 0; i < 200 && gc.counters().own_collections - c0.own_collections < 24; ++i) churn(4 * MiB);
+  const gcp::collector_counters c1 = gc.counters();
+  GC_call_with_alloc_lock(swap_full_freq, &freq);  // restores
+  const std::uint64_t own = c1.own_collections - c0.own_collections;
+  const std::uint64_t own_full = c1.own_full_collections - c0.own_full_collections;
+  std::printf("own %llu, of which whole-heap %llu\n", static_cast<unsigned long long>(own),
+              static_cast<unsigned long long>(own_full));
+  ASSERT_GE(own, 24u);
+  EXPECT_EQ(gb::boehm_collector::policy_collections(), p0);
+  // Every 4th cycle Boehm starts is whole-heap; the first may be one at once
+  // (n_partial_gcs is Boehm's, from before) and the last may be in progress.
+  EXPECT_GE(own_full * 4 + 4, own);
+  EXPECT_LE(own_full * 4, own + 8);
+  EXPECT_EQ(c1.full_collections - c0.full_collections, own_full);
+}

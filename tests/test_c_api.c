@@ -736,6 +736,79 @@ static void test_collector_callbacks(void) {
   CHECK_ST(gcpressure_destroy(a), GCPRESSURE_OK);
 }
 
+/* --- the runtime's own collections (API version 2) --------------------------
+ * A runtime that also collects on its own reports it through
+ * own_collections; the stats carry it as runtime_* and the collector's total
+ * is the policy's completed callbacks plus the runtime's own. */
+typedef struct own_counts {
+  uint64_t collections, full;
+  double seconds;
+  int exact, calls;
+} own_counts;
+static own_counts g_own;
+
+static void fake_own(void* ctx, uint64_t* collections, uint64_t* full, double* seconds, int* exact) {
+  (void)ctx;
+  ++g_own.calls;
+  *collections = g_own.collections;
+  *full = g_own.full;
+  *seconds = g_own.seconds;
+  *exact = g_own.exact;
+}
+
+static void test_own_collections(void) {
+  gcpressure_allocator* a = make_host("at_limit", "64MiB", NULL, GCPRESSURE_COLLECTOR_CALLBACKS);
+  CHECK(a != NULL);
+  if (!a) return;
+  memset(&g_own, 0, sizeof g_own);
+  g_own.collections = 100; /* counted before the policy existed: not in its stats */
+  g_own.full = 10;
+  g_own.seconds = 1.0;
+  fake_gc g;
+  fake_init(&g, a);
+  gcpressure_collector_callbacks cb;
+  gcpressure_collector_callbacks_init(&cb);
+  CHECK(cb.own_collections == NULL);
+  cb.context = &g;
+  cb.minor = fake_minor;
+  cb.full = fake_full;
+  cb.run_finalizers = fake_run_finalizers;
+  cb.own_collections = fake_own;
+  CHECK_ST(gcpressure_set_collector(a, &cb), GCPRESSURE_OK);
+  CHECK_ST(gcpressure_collect(a, 0), GCPRESSURE_OK);
+  CHECK_ST(gcpressure_collect(a, 1), GCPRESSURE_OK);
+  g_own.collections += 7; /* the runtime collects on its own: 7, 2 of them whole-heap, 0.25 s */
+  g_own.full += 2;
+  g_own.seconds += 0.25;
+  g_own.exact = 1;
+  char* j = stats(a);
+  CHECK(json_int(j, "runtime_collections") == 7);
+  CHECK(json_int(j, "runtime_full_collections") == 2);
+  CHECK(json_int(j, "collector_collections") == 2 + 7); /* minor + full + own */
+  CHECK(j && strstr(j, "\"runtime_gc_seconds\":0.250000"));
+  CHECK(j && strstr(j, "\"runtime_seconds_exact\":true"));
+  free(j);
+  g_own.exact = 0;
+  j = stats(a);
+  CHECK(j && strstr(j, "\"runtime_seconds_exact\":false"));
+  free(j);
+  CHECK(g_own.calls >= 3);
+
+  /* an API-version-1 caller: own_collections is past its struct_size, never read */
+  cb.struct_size = offsetof(gcpressure_collector_callbacks, own_collections);
+  const int calls = g_own.calls;
+  CHECK_ST(gcpressure_set_collector(a, &cb), GCPRESSURE_OK);
+  g_own.collections += 5;
+  CHECK_ST(gcpressure_collect(a, 0), GCPRESSURE_OK);
+  j = stats(a);
+  CHECK(json_int(j, "runtime_collections") == 0);
+  CHECK(json_int(j, "collector_collections") == 1);
+  CHECK(j && strstr(j, "\"runtime_seconds_exact\":false"));
+  free(j);
+  CHECK(g_own.calls == calls);
+  CHECK_ST(gcpressure_destroy(a), GCPRESSURE_OK);
+}
+
 /* --- the sync hint ----------------------------------------------------------
  * gcpressure_synchronize counts a sync in the policy's stats and returns
  * once the stream's work is done; without a collector it only waits.
@@ -1165,6 +1238,7 @@ int main(void) {
       {"stats_json", test_stats_json},
       {"release_and_drain", test_release_and_drain},
       {"collector_callbacks", test_collector_callbacks},
+      {"own_collections", test_own_collections},
       {"sync_hint", test_sync_hint},
       {"reentrancy", test_reentrancy},
       {"null_and_foreign_handles", test_null_and_foreign_handles},

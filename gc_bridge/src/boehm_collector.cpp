@@ -19,6 +19,27 @@
 //   partial collections young; handles use GC_generic_malloc instead (Note
 //   [Handles come from the global free lists] in device_heap.cpp).
 // - There is no API to tell Boehm about external bytes: the policy is ours.
+// Verified in the 8.2.2 source (Debian's libgc_8.2.2, `apt-get source libgc1`):
+// - alloc.c GC_stopped_mark: the only GC_gc_no++, followed at once by
+//   GC_EVENT_MARK_END (same thread, allocation lock held): counting MARK_END
+//   splits GC_get_gc_no() exactly (Note [Every collection is counted] in
+//   boehm_runtime.cpp).
+// - alloc.c GC_maybe_gc: in incremental mode a cycle is whole-heap when
+//   GC_need_full_gc or its static n_partial_gcs >= GC_full_freq (then it
+//   runs GC_reclaim_all, GC_notify_full_gc = the start callback, and
+//   GC_clear_marks, and resets n_partial_gcs); otherwise n_partial_gcs++.
+//   Every partial cycle counts, ours included. GC_try_to_collect_inner
+//   (GC_gcollect, and every collection without incremental mode) also calls
+//   the start callback, after finishing a cycle in progress.
+// - alloc.c: GC_EVENT_START/END fire only in GC_try_to_collect_inner; the
+//   stopped marks of incremental cycles fire PRE_STOP_WORLD..POST_START_WORLD
+//   (also when abandoned at the time limit), GC_finish_collection fires
+//   RECLAIM_START/END; the mark slices GC_collect_a_little_inner runs with
+//   the world running fire nothing.
+// - alloc.c GC_try_to_collect_general: GC_gcollect runs finalizers inline
+//   (GC_INVOKE_FINALIZERS) unless finalization is on demand.
+// - pthread_support.c GC_thr_init: the GC_MARKERS variable overrides
+//   GC_set_markers_count(); without either, markers = number of CPUs.
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -26,6 +47,7 @@
 #include <thread>
 
 #include "boehm_gc.hpp"
+#include "boehm_runtime.hpp"
 #include "gcpressure/boehm.hpp"
 
 namespace gcpressure::boehm {
@@ -33,31 +55,6 @@ namespace gcpressure::boehm {
 namespace {
 
 std::atomic<bool> g_initialized{false};
-std::atomic<std::uint64_t> g_full_starts{0};
-std::atomic<std::uint64_t> g_gc_ns{0};
-std::atomic<std::int64_t> g_gc_started_ns{0};
-GC_on_collection_event_proc g_prev_event = nullptr;
-GC_start_callback_proc g_prev_start = nullptr;  // e.g. Guile's before-GC hook
-
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-// Called with the GC lock held: only atomics here.
-void GC_CALLBACK on_full_start() {
-  g_full_starts.fetch_add(1, std::memory_order_relaxed);
-  if (g_prev_start) g_prev_start();
-}
-
-void GC_CALLBACK on_event(GC_EventType e) {
-  if (e == GC_EVENT_START) g_gc_started_ns.store(now_ns(), std::memory_order_relaxed);
-  if (e == GC_EVENT_END) {
-    const auto t0 = g_gc_started_ns.load(std::memory_order_relaxed);
-    if (t0) g_gc_ns.fetch_add(static_cast<std::uint64_t>(now_ns() - t0), std::memory_order_relaxed);
-  }
-  if (g_prev_event) g_prev_event(e);
-}
 
 // The finalizer thread's state is leaked on purpose: the thread is detached
 // and may still run while static destructors do.
@@ -122,32 +119,6 @@ int GC_CALLBACK scan_library(const char* name, void*, std::size_t) {
   return 1;
 }
 
-// Settings a minor collection runs with (see collect_minor).
-struct gc_settings {
-  int full_freq;
-  unsigned long time_limit;
-};
-
-void* GC_CALLBACK swap_settings(void* p) {
-  auto* s = static_cast<gc_settings*>(p);
-  const gc_settings old{GC_get_full_freq(), GC_get_time_limit()};
-  GC_set_full_freq(s->full_freq);
-  GC_set_time_limit(s->time_limit);
-  *s = old;
-  return nullptr;
-}
-
-void* GC_CALLBACK set_full_freq(void* p) {
-  auto* v = static_cast<int*>(p);
-  const int old = GC_get_full_freq();
-  GC_set_full_freq(*v);
-  *v = old;
-  return nullptr;
-}
-
-std::atomic<bool> g_full_active{false};
-std::atomic<GC_word> g_full_start_no{0};
-
 }  // namespace
 
 void init(const runtime_options& o) {
@@ -168,16 +139,10 @@ void init(const runtime_options& o) {
     if (opt.incremental) GC_enable_incremental();
     GC_INIT();
     GC_allow_register_threads();
-    if (opt.incremental && opt.time_limit_ms) GC_set_time_limit(opt.time_limit_ms);
-    if (opt.full_freq >= 0) {
-      int v = opt.full_freq;
-      GC_call_with_alloc_lock(set_full_freq, &v);
-    }
-    // Chain, never replace, the runtime's own hooks (Guile has both).
-    g_prev_start = GC_get_start_callback();
-    GC_set_start_callback(on_full_start);
-    g_prev_event = GC_get_on_collection_event();
-    GC_set_on_collection_event(on_event);
+    auto& rt = detail::boehm_runtime::instance();
+    rt.configure(opt.full_freq >= 0 ? opt.full_freq : GC_get_full_freq(),
+                 opt.incremental && opt.time_limit_ms ? opt.time_limit_ms : GC_get_time_limit());
+    rt.install_hooks();
     if (opt.finalizer_thread) {
       g_fin = new finalizer_thread_state;
       GC_set_finalizer_notifier(notify_finalizers);
@@ -202,86 +167,25 @@ thread_scope::~thread_scope() {
 
 boehm_collector::boehm_collector() { init(); }
 
-void boehm_collector::collect_minor() {
-  if (!GC_is_incremental_mode()) {
-    GC_gcollect();
-    return;
-  }
-  // Note [A minor stays minor]: bdwgc turns every (full_freq+1)-th partial
-  // cycle into a full one, which here would be a stop-the-world whole-heap
-  // mark (seen: an 893 ms pause at a 1 GiB heap). And with a time limit the
-  // first stopped mark of a partial cycle is abandoned and redone (20-30 ms
-  // wasted). So a minor the policy asks for runs with the full frequency out
-  // of reach and no time limit: one short stopped mark of roots and dirty
-  // pages. Whole-heap work happens only in start_full/step_full slices.
-  gc_settings minor{1 << 30, GC_TIME_UNLIMITED};
-  GC_call_with_alloc_lock(swap_settings, &minor);
-  GC_start_incremental_collection();
-  while (GC_collect_a_little()) {
-  }
-  GC_call_with_alloc_lock(swap_settings, &minor);  // restores
-}
-
+// Every call goes to the one owner of process-wide Boehm state (Note [One
+// owner of process-wide Boehm state] in boehm_runtime.hpp).
+void boehm_collector::collect_minor() { detail::boehm_runtime::instance().collect_minor(); }
 bool boehm_collector::has_incremental_full() const noexcept { return GC_is_incremental_mode() != 0; }
 bool boehm_collector::minor_is_whole_heap() const noexcept { return GC_is_incremental_mode() == 0; }
-
-void boehm_collector::start_full() {
-  if (!GC_is_incremental_mode()) {
-    g_full_active.store(true);
-    return;
-  }
-  // A cycle already under way would absorb the start: finish it first.
-  while (GC_collect_a_little()) {
-  }
-  int zero = 0;
-  GC_call_with_alloc_lock(set_full_freq, &zero);  // next cycle is whole-heap
-  g_full_start_no.store(GC_get_gc_no());
-  GC_start_incremental_collection();
-  GC_call_with_alloc_lock(set_full_freq, &zero);  // restores the old frequency
-  g_full_active.store(true);
-}
-
-bool boehm_collector::step_full(double budget_seconds) {
-  if (!g_full_active.load()) return true;
-  if (!GC_is_incremental_mode()) {
-    GC_gcollect();
-    g_full_active.store(false);
-    return true;
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto budget = std::chrono::duration<double>(budget_seconds);
-  // The cycle is done once the collection count moved past its start (the
-  // mutator's own allocations may have finished it for us).
-  while (GC_get_gc_no() == g_full_start_no.load()) {
-    if (!GC_collect_a_little() && GC_get_gc_no() == g_full_start_no.load()) {
-      // Nothing in progress and the count did not move: the start did not
-      // take (GC disabled); report done rather than spin.
-      break;
-    }
-    if (std::chrono::steady_clock::now() - t0 >= budget) return false;
-  }
-  g_full_active.store(false);
-  return true;
-}
-
-bool boehm_collector::full_in_progress() const { return g_full_active.load(); }
-
-void boehm_collector::collect_full() { GC_gcollect(); }
+void boehm_collector::start_full() { detail::boehm_runtime::instance().start_full(); }
+bool boehm_collector::step_full(double budget_seconds) { return detail::boehm_runtime::instance().step_full(budget_seconds); }
+bool boehm_collector::full_in_progress() const { return detail::boehm_runtime::instance().full_in_progress(); }
+void boehm_collector::collect_full() { detail::boehm_runtime::instance().collect_full(); }
 
 std::size_t boehm_collector::run_finalizers() {
   std::lock_guard<std::recursive_mutex> gate(finalize_gate());  // Note [One finalizer runner at a time]
   return static_cast<std::size_t>(GC_invoke_finalizers());
 }
 
-collector_counters boehm_collector::counters() const {
-  collector_counters c;
-  c.collections = GC_get_gc_no();
-  c.full_collections = g_full_starts.load(std::memory_order_relaxed);
-  c.seconds = static_cast<double>(g_gc_ns.load(std::memory_order_relaxed)) * 1e-9;
-  GC_word heap = 0, free_bytes = 0, unmapped = 0, since = 0, total = 0;
-  GC_get_heap_usage_safe(&heap, &free_bytes, &unmapped, &since, &total);
-  c.heap_bytes = heap > free_bytes ? heap - free_bytes : 0;
-  return c;
+collector_counters boehm_collector::counters() const { return detail::boehm_runtime::instance().counters(); }
+
+std::uint64_t boehm_collector::policy_collections() noexcept {
+  return detail::boehm_runtime::instance().policy_collections();
 }
 
 }  // namespace gcpressure::boehm

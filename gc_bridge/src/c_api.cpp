@@ -8,6 +8,8 @@
 // into a collector that is not re-entrant (Lua's, CPython's).
 #include "gcpressure/gcpressure.h"
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -54,13 +56,19 @@ gcpressure_status fail(gcpressure_status s, std::string msg) {
 // inside a collection. Runtime collectors are not re-entrant (Lua's, CPython's
 // refuse or corrupt), so a nested request is a no-op here: the outer
 // collection is already doing the work.
+//
+// Note [Counting a callback runtime's collections]: each callback that
+// returns is one completed collection of the policy's (a step_full only when
+// it completes the cycle); the runtime's own come from its own_collections
+// callback. Counters are atomics: the policy calls under its lock, stats
+// are read from any thread.
 class callback_collector final : public collector {
  public:
   explicit callback_collector(const gcpressure_collector_callbacks& c) : cb_(c) {}
   const char* name() const noexcept override { return "callbacks"; }
   void collect_minor() override {
     if (t_in_collection) return;
-    collection_scope s;
+    timed_call t(*this, cb_.minor_is_full != 0);
     cb_.minor(cb_.context);
   }
   bool has_incremental_full() const noexcept override { return cb_.start_full && cb_.step_full; }
@@ -68,27 +76,34 @@ class callback_collector final : public collector {
   void start_full() override {
     if (t_in_collection) return;
     collection_scope s;
+    const auto t0 = std::chrono::steady_clock::now();
     if (cb_.start_full) cb_.start_full(cb_.context);
+    add_time(t0);
     active_ = true;
   }
   bool step_full(double budget) override {
     if (t_in_collection) return true;
-    collection_scope s;
     if (!cb_.step_full) {
+      timed_call t(*this, true);
       cb_.full(cb_.context);
       active_ = false;
       return true;
     }
+    collection_scope s;
+    const auto t0 = std::chrono::steady_clock::now();
     const bool done = cb_.step_full(cb_.context, budget) != 0;
-    if (done) active_ = false;
+    add_time(t0);
+    if (done) {
+      active_ = false;
+      count(true);
+    }
     return done;
   }
   bool full_in_progress() const override { return active_; }
   void collect_full() override {
     if (t_in_collection) return;
-    collection_scope s;
+    timed_call t(*this, true);
     cb_.full(cb_.context);
-    ++full_;
   }
   std::size_t run_finalizers() override {
     if (t_in_collection) return 0;
@@ -97,15 +112,53 @@ class callback_collector final : public collector {
   }
   collector_counters counters() const override {
     collector_counters c;
-    c.full_collections = full_;
+    std::uint64_t own = 0, own_full = 0;
+    double own_s = 0;
+    int exact = 0;
+    if (cb_.own_collections) cb_.own_collections(cb_.context, &own, &own_full, &own_s, &exact);
+    c.own_collections = own;
+    c.own_full_collections = own_full;
+    c.own_seconds = own_s;
+    c.own_seconds_exact = cb_.own_collections && exact != 0;
+    c.collections = ours_.load(std::memory_order_relaxed) + own;
+    c.full_collections = ours_full_.load(std::memory_order_relaxed) + own_full;
+    c.seconds = static_cast<double>(ns_.load(std::memory_order_relaxed)) * 1e-9 + own_s;
     c.heap_bytes = cb_.heap_bytes ? cb_.heap_bytes(cb_.context) : 0;
     return c;
   }
 
  private:
+  // One whole collection through a callback: in the collection scope, timed,
+  // counted when it returns.
+  class timed_call {
+   public:
+    timed_call(callback_collector& c, bool full) : c_(c), full_(full), t0_(std::chrono::steady_clock::now()) {}
+    ~timed_call() {
+      c_.add_time(t0_);
+      c_.count(full_);
+    }
+    timed_call(const timed_call&) = delete;
+    timed_call& operator=(const timed_call&) = delete;
+
+   private:
+    collection_scope scope_;
+    callback_collector& c_;
+    bool full_;
+    std::chrono::steady_clock::time_point t0_;
+  };
+  void add_time(std::chrono::steady_clock::time_point t0) noexcept {
+    const auto d = std::chrono::steady_clock::now() - t0;
+    ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(), std::memory_order_relaxed);
+  }
+  void count(bool full) noexcept {
+    ours_.fetch_add(1, std::memory_order_relaxed);
+    if (full) ours_full_.fetch_add(1, std::memory_order_relaxed);
+  }
+
   gcpressure_collector_callbacks cb_;
   bool active_ = false;
-  std::uint64_t full_ = 0;
+  std::atomic<std::uint64_t> ours_{0}, ours_full_{0};
+  std::atomic<std::int64_t> ns_{0};
 };
 
 }  // namespace

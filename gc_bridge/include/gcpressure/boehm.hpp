@@ -76,7 +76,17 @@ class boehm_collector final : public collector {
   bool full_in_progress() const override;
   void collect_full() override;
   std::size_t run_finalizers() override;
+  // Process-wide (one bdwgc per process): collections == GC_get_gc_no();
+  // own_* are Boehm's collections completed outside every collector call
+  // (Note [Every collection is counted]); own_seconds is exact only without
+  // incremental mode. Thread-safe; finalizer-safe.
   collector_counters counters() const override;
+  // Process-wide: collections completed inside collector calls (any
+  // boehm_collector), plus a whole-heap cycle start_full() began that the
+  // mutator finished. GC_get_gc_no() == policy_collections() +
+  // counters().own_collections, counted from boehm::init(). Thread-safe;
+  // finalizer-safe.
+  static std::uint64_t policy_collections() noexcept;
 };
 
 // The handle a runtime's array object points to. Opaque; a GC object.

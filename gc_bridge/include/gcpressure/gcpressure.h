@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-#define GCPRESSURE_API_VERSION 1
+#define GCPRESSURE_API_VERSION 2 /* 2: own_collections callback, gcpressure_synchronize, gcpressure_quiet_moment_ex */
 
 typedef enum gcpressure_status {
   GCPRESSURE_OK = 0,
@@ -77,7 +77,17 @@ typedef struct gcpressure_buffer gcpressure_buffer; /* a Boehm GC object */
  * when the runtime has no young generation (minor marks the whole heap, as
  * bdwgc without incremental mode): such collections are then reported as
  * blocking full ones. Added in API version 1; read only if struct_size
- * covers it. */
+ * covers it.
+ * own_collections (API version 2; optional, NULL: unknown): the runtime's
+ * own collections, those it ran outside these callbacks (on its allocation
+ * counts, an explicit collect by the program), cumulative since any fixed
+ * origin: *collections (all), *full_collections (whole-heap among them),
+ * *seconds (their time) and *seconds_exact (nonzero: seconds is exact; 0:
+ * a lower bound). They appear in the stats as runtime_collections,
+ * runtime_full_collections, runtime_gc_seconds, runtime_seconds_exact. It
+ * may be called from any thread that reads stats or allocates, also while a
+ * collection runs on another thread: it must be thread-safe, must not
+ * collect and must not call back into gcpressure. */
 typedef struct gcpressure_collector_callbacks {
   size_t struct_size; /* sizeof(gcpressure_collector_callbacks) */
   void* context;
@@ -88,6 +98,8 @@ typedef struct gcpressure_collector_callbacks {
   int (*step_full)(void* context, double budget_seconds);
   size_t (*heap_bytes)(void* context);
   int minor_is_full;
+  void (*own_collections)(void* context, uint64_t* collections, uint64_t* full_collections, double* seconds,
+                          int* seconds_exact);
 } gcpressure_collector_callbacks;
 
 /* Fills defaults and struct_size. Thread-safe; finalizer-safe. */
