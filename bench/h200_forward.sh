@@ -9,7 +9,7 @@ build=$1; out=$2; iters=${3:-1500}
 shape="--layers 8 --d 4096 --batch 1024"
 mkdir -p "$out/traces"
 for p in pressure at_limit every_iteration cudajl dotnet explicit_free; do
-  timeout 300 "$build/examples/forward_loop" --backend cuda --policy "$p" --iters "$iters" $shape \
+  timeout 300 "$build/examples/forward_loop" --backend cuda_async --policy "$p" --iters "$iters" $shape \
     --quiet --json --trace "$out/traces/$p.csv" | tail -1
 done > "$out/forward.jsonl"
 (cd "$out" && tar cf traces.tar traces && rm -r traces)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # plot.sh — draw forward_loop traces: reserved device memory per iteration, one
-# line per policy, and the GC time each policy spent, to one PNG (gnuplot).
+# line per policy, and each policy's GC time split into exposed (on the host's
+# critical path) and hidden (overlapping device work), to one PNG (gnuplot).
 #
 # Usage:
 #   bench/plot.sh [-o OUT.png] [-d DIR] [-t TITLE] [-L] [-p POLICIES] FORWARD_LOOP [-- ARGS...]
@@ -18,8 +19,8 @@
 #   -t TITLE     title of the memory plot (default: says what was run)
 #   -L           linear memory axis (default logarithmic: the oracle's few MiB and
 #                at_limit's hundreds both stay readable)
-#   -p LIST      comma-separated policies to run
-#                (default pressure,at_limit,every_iteration,cudajl,dotnet,explicit_free)
+#   -p LIST      comma-separated policies to run (default explicit_free,cudajl,pressure:
+#                the oracle, the CUDA.jl baseline and ours, as in the README picture)
 #
 # Examples:
 #   bench/plot.sh build/examples/forward_loop -- --backend host --host-heap-mib 256 --iters 1000
@@ -27,8 +28,10 @@
 #   bench/plot.sh -o mine.png traces/pressure.csv traces/at_limit.csv
 #
 # The trace format (forward_loop --trace): a header line, then
-#   iteration,live,reserved,collections,gc_seconds
-# with bytes for live/reserved and cumulative collections and GC seconds.
+#   iteration,live,reserved,collections,gc_seconds,exposed_gc_seconds,hidden_gc_seconds
+# with bytes for live/reserved and cumulative collections and GC seconds
+# (exposed includes the runtime's own collections). Older traces without the
+# last two columns are drawn with all their GC time as exposed.
 # Needs gnuplot (Debian: apt-get install gnuplot-nox) and awk.
 set -euo pipefail
 
@@ -38,7 +41,7 @@ out=forward_loop.png
 dir=
 title=
 logscale=1
-policies=pressure,at_limit,every_iteration,cudajl,dotnet,explicit_free
+policies=explicit_free,cudajl,pressure
 while getopts "o:d:t:Lp:h" opt; do
   case $opt in
     o) out=$OPTARG ;;
@@ -116,15 +119,17 @@ fi
 tmp=$(mktemp -d /tmp/plot_sh.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
-# GC time per policy (the last row's cumulative gc_seconds), with collections.
+# GC time per policy (the last row's cumulative figures): name, exposed,
+# hidden, collections, iterations.
 bars=$tmp/bars.dat
 : >"$bars"
 for i in "${!csvs[@]}"; do
-  awk -F, -v name="${names[$i]}" 'NR > 1 && NF >= 5 { g = $5; c = $4; n = $1 }
-    END { if (n == "") { g = 0; c = 0; n = 0 } printf "%s %.6f %d %d\n", name, g, c, n }' "${csvs[$i]}" >>"$bars"
+  awk -F, -v name="${names[$i]}" 'NR > 1 && NF >= 5 { e = (NF >= 7 ? $6 : $5); h = (NF >= 7 ? $7 : 0); c = $4; n = $1 }
+    END { if (n == "") { e = 0; h = 0; c = 0; n = 0 } printf "%s %.6f %.6f %d %d\n", name, e, h, c, n }' \
+    "${csvs[$i]}" >>"$bars"
 done
 # Longest trace, and the smallest reserved value (the log axis starts below it).
-maxit=$(awk '$4 > m { m = $4 } END { print m + 0 }' "$bars")
+maxit=$(awk '$5 > m { m = $5 } END { print m + 0 }' "$bars")
 maxres=$(awk -F, 'FNR > 1 && NF >= 5 && $3 > m { m = $3 } END { print m + 1 }' "${csvs[@]}")
 minres=$(awk -F, 'FNR > 1 && NF >= 5 && $3 > 0 && (m == "" || $3 < m) { m = $3 } END { print (m == "" ? 1048576 : m) }' "${csvs[@]}")
 
@@ -186,7 +191,7 @@ script=$tmp/plot.gp
     n=${names[$i]}
     [ "$first" = 1 ] || printf ', \\\n     '
     first=0
-    its=$(awk -v n="$n" '$1 == n { print $4 }' "$bars")
+    its=$(awk -v n="$n" '$1 == n { print $5 }' "$bars")
     label=$n
     [ "$its" -lt "$maxit" ] && label="$n (stopped at $its)"
     printf '"%s" every ::1 using 1:($3/1048576.0) with lines lw %s %s lc rgb "%s" title "%s"' \
@@ -199,7 +204,7 @@ script=$tmp/plot.gp
   echo "unset logscale y"
   echo "unset format"
   echo "set datafile separator whitespace"
-  echo "set title 'Time in collections the policy ran (labels: seconds; collections / iterations)'"
+  echo "set title 'GC time: exposed (solid) and hidden under device work (light); labels: exposed / hidden s, policy collections / iterations'"
   echo "set xlabel ''"
   echo "set ylabel 'GC time (s)'"
   echo "set style fill solid 0.85 border -1"
@@ -208,8 +213,10 @@ script=$tmp/plot.gp
   echo "set xrange [-0.6:$(( ${#csvs[@]} - 1 )).6]"
   echo "unset key"
   echo "set offsets 0,0,graph 0.12,0"
-  printf 'plot "%s" using 0:2:(column(0)+1):xtic(1) with boxes lc variable, \\\n' "$(gp_str "$bars")"
-  printf '     "" using 0:2:(sprintf("%%.3f s\\n%%d / %%d", $2, $3, $4)) with labels offset 0,1.6 notitle\n'
+  printf 'plot "%s" using 0:($2+$3):(column(0)+1):xtic(1) with boxes fs transparent solid 0.3 lc variable, \\\n' \
+    "$(gp_str "$bars")"
+  printf '     "" using 0:2:(column(0)+1) with boxes lc variable, \\\n'
+  printf '     "" using 0:($2+$3):(sprintf("%%.3f / %%.3f s\\n%%d / %%d", $2, $3, $4, $5)) with labels offset 0,1.6 notitle\n'
   echo "unset multiplot"
 } >"$script"
 
