@@ -8,9 +8,29 @@
 ;;;
 ;;;   guile forward_loop.scm [--backend host|cuda|cuda_async|auto]
 ;;;     [--policy pressure|at_limit|every_iteration|cudajl|dotnet|explicit_free]
-;;;     [--iters N] [--layers N] [--d N] [--batch N] [--host-heap-mib N]
-;;;     [--hard-limit SIZE] [--soft-limit SIZE] [--collector callbacks|boehm]
-;;;     [--incremental] [--trace FILE.csv] [--json] [--quiet]
+;;;     [--workload steady|promote|burst|varied] [--iters N] [--layers N] [--d N]
+;;;     [--batch N] [--host-heap-mib N] [--hard-limit SIZE] [--soft-limit SIZE]
+;;;     [--collector callbacks|boehm] [--incremental] [--promote-share X]
+;;;     [--burst-every N] [--burst-fraction X] [--seed N] [--no-sync]
+;;;     [--trace FILE.csv] [--json] [--quiet]
+;;;
+;;; --policy explicit_free is the oracle: the loop frees each array with
+;;; device-array-free! the moment it dies (no collection runs). The workloads
+;;; are the C++ loop's (bench/forward/workload.cpp, Note [The workloads]):
+;;;   steady   every iteration allocates the same arrays and drops them all;
+;;;   promote  as steady, and each array is also kept alive, with probability
+;;;            --promote-share (0.25), for 1..50 iterations (uniform, fixed
+;;;            seed); it dies at the start of the iteration its life ends;
+;;;   burst    as steady, and the last iteration of every --burst-every (50)
+;;;            allocates --burst-fraction (0.5) of the hard limit in chunks of
+;;;            min(256 MiB, hard limit / 16), writes them, holds them all at
+;;;            once, then drops them;
+;;;   varied   as steady, and each layer also allocates a side array of a
+;;;            log-uniform size (fixed seed) from 4 KiB to min(256 MiB, hard
+;;;            limit / 16), writes it and drops it at the end of the layer.
+;;; (Guile's random, not the C++ loop's mt19937_64: same distributions, other
+;;; draws.) Each iteration ends with the iteration hint, then
+;;; heap-synchronize! (the sync point; --no-sync leaves it out).
 ;;;
 ;;; With --json the last line printed is one JSON object with the keys of
 ;;; examples/forward_loop (policy, backend, iterations, ooms, peak_live_bytes,
@@ -27,6 +47,8 @@
     (d (value #t)) (batch (value #t)) (host-heap-mib (value #t))
     (hard-limit (value #t)) (soft-limit (value #t)) (collector (value #t))
     (incremental (value #f)) (trace (value #t)) (json (value #f)) (quiet (value #f))
+    (workload (value #t)) (promote-share (value #t)) (burst-every (value #t)) (burst-fraction (value #t))
+    (seed (value #t)) (no-sync (value #f))
     (help (single-char #\h) (value #f))))
 
 (define opts (getopt-long (command-line) option-spec))
@@ -41,11 +63,21 @@
   (display "usage: guile forward_loop.scm [--backend host|cuda|cuda_async|auto] [--policy NAME]
   [--iters N] [--layers N] [--d N] [--batch N] [--host-heap-mib N] [--hard-limit SIZE]
   [--soft-limit SIZE] [--collector callbacks|boehm] [--incremental] [--trace FILE.csv]
-  [--json] [--quiet]\n")
+  [--workload steady|promote|burst|varied] [--promote-share X] [--burst-every N]
+  [--burst-fraction X] [--seed N] [--no-sync] [--json] [--quiet]\n")
   (exit 0))
 
 (define backend (string->symbol (opt 'backend "host")))
 (define policy (opt 'policy "pressure"))
+(define workload (opt 'workload "steady"))
+(unless (member workload '("steady" "promote" "burst" "varied"))
+  (format (current-error-port) "--workload must be steady, promote, burst or varied~%")
+  (exit 2))
+(define promote-share (opt-int 'promote-share 0.25))
+(define burst-every (opt-int 'burst-every 50))
+(define burst-fraction (opt-int 'burst-fraction 0.5))
+(define seed (opt-int 'seed 42))
+(define sync? (not (opt 'no-sync #f)))
 (define iters (opt-int 'iters 250))
 (define layers (opt-int 'layers 4))
 (define d (opt-int 'd 128))
@@ -85,25 +117,67 @@
 (define input (device-array heap (* d batch)))
 (device-array-fill-random! input 7 1.0)
 
-;;; One Dense layer: relu.(W*x .+ b). Both arrays it allocates are dropped by
-;;; the caller (the product at once, the result after the next layer). Under
-;;; the explicit_free policy (the oracle: no collection ever runs) the loop
-;;; frees them itself instead, as soon as they are dead.
+;;; The oracle (explicit_free: no collection ever runs) frees each array
+;;; itself the moment it dies; a workload may keep one past that (kept).
 (define explicit-free? (string=? policy "explicit_free"))
-(define (dense layer x)
-  (let ((wx (device-array heap (* d batch)))
-        (y (device-array heap (* d batch))))
+(define kept (make-hash-table))  ; array -> the iteration at whose start it dies
+(define explicit-frees 0)
+(define inflight '())            ; oracle: this iteration's arrays (an OOM must not leak them)
+(define (died! a)
+  (when (and explicit-free? a (device-array-live? a) (not (hashq-ref kept a)))
+    (device-array-free! a)
+    (set! explicit-frees (+ explicit-frees 1))))
+(define (new-array floats)
+  (let ((a (device-array heap floats)))
+    (when explicit-free? (set! inflight (cons a inflight)))
+    a))
+
+;;; The workloads (the header's definitions).
+(define rng (seed->random-state seed))
+(define hard-limit-bytes (json-ref (heap-stats-alist heap) "hard_limit"))
+(define chunk-cap (max 4096 (min (* 256 1048576) (quotient hard-limit-bytes 16))))
+(define (begin-iteration! it)
+  (when (string=? workload "promote")
+    (for-each (lambda (a) (hashq-remove! kept a) (died! a))
+              (hash-fold (lambda (a expiry acc) (if (<= expiry it) (cons a acc) acc)) '() kept))))
+(define (written! a) (device-array-fill! a 0.0) a)
+(define (after-layer! it t y)
+  (cond
+   ((string=? workload "promote")
+    (for-each (lambda (a)
+                (when (< (random 1.0 rng) promote-share)
+                  (hashq-set! kept a (+ it 1 (random 50 rng)))))
+              (list t y)))
+   ((string=? workload "varied")
+    (let* ((lo (log 4096.0)) (hi (log (exact->inexact chunk-cap)))
+           (bytes (logand (inexact->exact (floor (exp (+ lo (* (- hi lo) (random 1.0 rng)))))) -4)))
+      (died! (written! (new-array (max 1 (quotient bytes 4)))))))))
+(define (end-iteration! it)
+  (let ((total (inexact->exact (floor (* burst-fraction hard-limit-bytes)))))
+    (when (and (string=? workload "burst") (zero? (modulo (+ it 1) burst-every)) (> total 0))
+      (let loop ((got 0) (held '()))
+        (if (< got total)
+            (loop (+ got chunk-cap)
+                  (cons (written! (new-array (max 1 (quotient (min chunk-cap (- total got)) 4)))) held))
+            (for-each died! held))))))
+
+;;; One Dense layer: relu.(W*x .+ b). Both arrays it allocates are dropped by
+;;; the caller (the product at once, the result after the next layer).
+(define (dense it layer x)
+  (let ((wx (new-array (* d batch)))
+        (y (new-array (* d batch))))
     (gemm! wx (car layer) x d d batch)
     (bias-relu! y wx (cdr layer) d batch)
-    (when explicit-free? (device-array-free! wx))
+    (after-layer! it wx y)
+    (died! wx)
     y))
 
-(define (forward x)
+(define (forward it x)
   (let loop ((ls params) (x x))
     (if (null? ls)
         x
-        (let ((y (dense (car ls) x)))
-          (when (and explicit-free? (not (eq? x input))) (device-array-free! x))
+        (let ((y (dense it (car ls) x)))
+          (unless (eq? x input) (died! x))
           (loop (cdr ls) y)))))
 
 (define (stats) (heap-stats-alist heap))
@@ -129,17 +203,22 @@
     (when (= i steady-from) (set! full-before-steady (blocking-full (stats))))
     (catch 'gcpressure-error
       (lambda ()
-        (let ((y (forward input)))
+        (begin-iteration! i)
+        (let ((y (forward i input)))
           (host-churn i)
           (when (= i (- iters 1)) (set! checksum (device-array-sum y)))
-          (when explicit-free? (device-array-free! y))))
+          (died! y)
+          (end-iteration! i)))
       (lambda (key who status msg)
         (if (eq? status 'oom)
             (begin
               (set! ooms-seen (+ ooms-seen 1))
               (unless quiet? (format (current-error-port) "iteration ~a: OOM: ~a~%" i msg)))
             (throw key who status msg))))
+    (for-each died! inflight)  ; the oracle: what an OOM left behind
+    (set! inflight '())
     (heap-iteration! heap)
+    (when sync? (heap-synchronize! heap))
     (when (or trace-port (not quiet?))
       (let ((s (stats)))
         (when trace-port
@@ -156,6 +235,7 @@
 
 (define s (stats))
 (define counters (gcpressure-module-counters))
+(define own (guile-own-collections))
 (define (num x) (if (exact? x) x (let ((r (exact->inexact x))) (if (nan? r) 0 r))))
 (define summary
   `(("policy" . ,(json-ref s "gc" "policy"))
@@ -171,7 +251,18 @@
     ("max_pause_seconds" . ,(json-ref s "gc" "longest_pause_seconds"))
     ("gc_seconds" . ,(json-ref s "gc" "gc_seconds"))
     ("wall_seconds" . ,wall)
+    ("time_per_iter" . ,(/ wall iters))
     ("finalized" . ,(json-ref s "gc" "finalized"))
+    ("workload" . ,workload)
+    ("explicit_frees" . ,explicit-frees)
+    ;; Every collection, whoever started it (the library's view).
+    ("collections_runtime" . ,(or (json-ref s "gc" "runtime_collections") 'null))
+    ("exposed_gc_seconds" . ,(or (json-ref s "gc" "exposed_gc_seconds") 'null))
+    ("gc_seconds_all" . ,(or (json-ref s "gc" "gc_seconds_all") 'null))
+    ;; Guile's own since the module loaded (Note [Counting Guile's own collections]).
+    ("guile_own_collections" . ,(car own))
+    ("guile_own_seconds" . ,(caddr own))
+    ("synchronize" . ,sync?)
     ;; Our own: the runtime and the test's inputs.
     ("runtime" . "guile")
     ("collector" . ,(symbol->string collector))
@@ -186,7 +277,8 @@
     ("checksum" . ,(num checksum))))
 
 (define (json-value v)
-  (cond ((string? v) (format #f "~s" v))
+  (cond ((eq? v 'null) "null")
+        ((string? v) (format #f "~s" v))
         ((eq? v #t) "true")
         ((eq? v #f) "false")
         (else (number->string (num v)))))

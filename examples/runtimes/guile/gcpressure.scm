@@ -12,6 +12,7 @@
             heap-destroy!
             heap-iteration!
             heap-quiet-moment!
+            heap-synchronize!
             heap-collect!
             heap-drain!
             heap-stats
@@ -34,20 +35,25 @@
             json-ref
             gcpressure-module-counters
             bdwgc-collections
+            guile-own-collections
             bdwgc-setup
             gcpressure-version))
 
 (eval-when (expand load eval)  ; at compile time too: the compiler sees the primitives
   (load-extension "libguile-gcpressure" "scm_init_gcpressure"))
 
-(define* (make-device-heap #:key (backend 'host) (hard-limit #f) (soft-limit #f)
-                           (policy "pressure") (collector 'callbacks)
+(define* (make-device-heap #:key (backend (if (getenv "GCPRESSURE_BACKEND") #f 'host))
+                           (hard-limit #f) (soft-limit #f)
+                           (policy #f) (collector 'callbacks)
                            (incremental? #f))
   "A device heap: one allocator on BACKEND ('host, 'cuda, 'cuda_async or
 'auto) bounded by HARD-LIMIT (bytes, or a string such as \"64MiB\" or
 \"80%\"; #f: the device's memory) with the policy aiming below SOFT-LIMIT
 (#f: 75% of the hard limit). POLICY is one of pressure, at_limit,
-every_iteration, cudajl, dotnet, explicit_free. COLLECTOR is 'callbacks
+every_iteration, cudajl, dotnet, explicit_free (#f: pressure). An option
+left #f comes from the GCPRESSURE_* environment if set there (explicit
+options override it); BACKEND defaults to 'host unless GCPRESSURE_BACKEND is
+set. COLLECTOR is 'callbacks
 (the default: device arrays are finalized foreign objects and Guile's
 collector is registered as callbacks) or 'boehm (gcpressure's own GC-owned
 handles; INCREMENTAL? then asks for bdwgc's incremental mode — the first
@@ -78,6 +84,12 @@ the heap cannot find the memory even after collecting."
 
 (define (gcpressure-module-counters) (%gcpressure-module-counters))
 (define (bdwgc-collections) (%bdwgc-collections))
+(define (guile-own-collections)
+  "Guile's own collections since the module loaded, not those the policy
+asked for: (COUNT WHOLE-HEAP SECONDS). Counts exact; seconds from bdwgc's
+millisecond total, not exact (guile_gcpressure.c, Note [Counting Guile's own
+collections]). The library gets the same through its own_collections callback."
+  (%guile-own-collections))
 (define (bdwgc-setup) (%bdwgc-setup))
 (define gcpressure-version %gcpressure-version)
 

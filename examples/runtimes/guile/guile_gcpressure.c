@@ -108,10 +108,31 @@ static void array_finalize(SCM obj) {
  * count), which is what `(gc)` does too. Guile's notifier has meanwhile woken
  * Guile's finalizer thread, which takes pending finalizers concurrently: each
  * runs once, on one thread or the other, and a block it queues after the
- * policy's drain returns at the next allocation's drain. */
+ * policy's drain returns at the next allocation's drain.
+ *
+ * Note [Counting Guile's own collections]
+ * bdwgc counts every collection (GC_get_gc_no, exact) and, once
+ * GC_start_performance_measurement() was called (at module load), the
+ * milliseconds of every stop-the-world one (GC_get_full_gc_total_time, set
+ * in alloc.c GC_try_to_collect_inner). Those inside our callbacks (of any
+ * heap: one bdwgc per process) are the policy's; the rest are Guile's own,
+ * from its allocation or a `(gc)` of the program:
+ *   collections: exact (GC_get_gc_no deltas);
+ *   whole-heap: = collections while bdwgc is not incremental (Guile's mode;
+ *     exact); an upper bound if a 'boehm heap switched incremental mode on;
+ *   seconds: from bdwgc's millisecond total: not exact (ms steps, and
+ *     collections before the module loaded are not counted). */
+static uint64_t g_gc_no_ours;   /* collections completed inside our callbacks */
+static uint64_t g_gc_ms_ours;   /* their milliseconds */
+static uint64_t g_gc_no_base;   /* GC_get_gc_no() when the module loaded */
+static uint64_t g_gc_ms_base;
+
 static void cb_collect(void* ctx) {
   (void)ctx;
+  const uint64_t n0 = GC_get_gc_no(), ms0 = GC_get_full_gc_total_time();
   GC_gcollect();
+  __atomic_add_fetch(&g_gc_no_ours, GC_get_gc_no() - n0, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&g_gc_ms_ours, GC_get_full_gc_total_time() - ms0, __ATOMIC_RELAXED);
 }
 static size_t cb_run_finalizers(void* ctx) {
   (void)ctx;
@@ -121,6 +142,22 @@ static size_t cb_run_finalizers(void* ctx) {
 static size_t cb_heap_bytes(void* ctx) {
   (void)ctx;
   return GC_get_heap_size() - GC_get_free_bytes();
+}
+/* The C API's own_collections callback: thread-safe (bdwgc reads and
+ * atomics), never collects (Note [Counting Guile's own collections]). */
+static void own_counts(uint64_t* n, uint64_t* full, double* seconds) {
+  const uint64_t all = GC_get_gc_no() - g_gc_no_base;
+  const uint64_t ours = __atomic_load_n(&g_gc_no_ours, __ATOMIC_RELAXED);
+  const uint64_t ms = GC_get_full_gc_total_time() - g_gc_ms_base;
+  const uint64_t ms_ours = __atomic_load_n(&g_gc_ms_ours, __ATOMIC_RELAXED);
+  *n = all > ours ? all - ours : 0;
+  *full = *n;
+  *seconds = (ms > ms_ours ? ms - ms_ours : 0) * 1e-3;
+}
+static void cb_own_collections(void* ctx, uint64_t* n, uint64_t* full, double* seconds, int* exact) {
+  (void)ctx;
+  own_counts(n, full, seconds);
+  *exact = 0;
 }
 
 /* ---- heaps ---------------------------------------------------------------- */
@@ -147,10 +184,14 @@ static char* size_option(SCM v) {
   return scm_to_utf8_string(v);
 }
 
+/* Note [Options and the environment]: an option given as #f is left unset,
+ * and gcpressure_create fills it from the GCPRESSURE_* environment, then from
+ * its defaults; an explicit option overrides the environment. (gcpressure.scm
+ * passes backend 'host unless GCPRESSURE_BACKEND is set.) */
 static SCM make_heap(SCM backend, SCM hard, SCM soft, SCM policy, SCM collector, SCM incremental) {
   gcpressure_options o;
   gcpressure_options_init(&o);
-  o.backend = parse_backend(backend);
+  if (scm_is_true(backend)) o.backend = parse_backend(backend);
   const int boehm = scm_is_symbol(collector) && scm_is_eq(collector, scm_from_utf8_symbol("boehm"));
   if (!boehm && !(scm_is_symbol(collector) && scm_is_eq(collector, scm_from_utf8_symbol("callbacks"))))
     scm_misc_error("make-device-heap", "unknown collector ~S (callbacks, boehm)", scm_list_1(collector));
@@ -179,9 +220,9 @@ static SCM make_heap(SCM backend, SCM hard, SCM soft, SCM policy, SCM collector,
   char* h = size_option(hard);
   char* s = size_option(soft);
   char* p = scm_is_false(policy) ? NULL : scm_to_utf8_string(policy);
-  o.hard_limit = h;
-  o.soft_limit = s;
-  o.policy = p;
+  if (h) o.hard_limit = h;
+  if (s) o.soft_limit = s;
+  if (p) o.policy = p;
   gcpressure_allocator* a = NULL;
   gcpressure_status st = gcpressure_create(&o, &a);
   free(h);
@@ -196,6 +237,7 @@ static SCM make_heap(SCM backend, SCM hard, SCM soft, SCM policy, SCM collector,
     cb.full = cb_collect;
     cb.run_finalizers = cb_run_finalizers;
     cb.heap_bytes = cb_heap_bytes;
+    cb.own_collections = cb_own_collections;
     st = gcpressure_set_collector(a, &cb);
     if (st != GCPRESSURE_OK) {
       SCM msg = scm_from_utf8_string(gcpressure_last_error());
@@ -203,12 +245,10 @@ static SCM make_heap(SCM backend, SCM hard, SCM soft, SCM policy, SCM collector,
       scm_throw(sym_gcpressure_error, scm_list_3(scm_from_utf8_symbol("make-device-heap"), status_symbol(st), msg));
     }
   }
-  int device_mem = o.backend == GCPRESSURE_BACKEND_CUDA || o.backend == GCPRESSURE_BACKEND_CUDA_ASYNC;
-  if (o.backend == GCPRESSURE_BACKEND_AUTO) {
-    /* AUTO picks CUDA when a GPU is usable: the stats say which it took. */
-    char js[8192];
-    device_mem = gcpressure_stats_json(a, js, sizeof js, NULL) != GCPRESSURE_OK || !strstr(js, "\"backend\":\"host\"");
-  }
+  /* The stats say which backend it took (AUTO, or the environment's). */
+  char js[8192];
+  const int device_mem =
+      gcpressure_stats_json(a, js, sizeof js, NULL) != GCPRESSURE_OK || !strstr(js, "\"backend\":\"host\"");
   void* vals[3] = {a, (void*)(uintptr_t)(boehm ? 1 : 0), (void*)(uintptr_t)device_mem};
   return scm_make_foreign_object_n(heap_type, 3, vals);
 }
@@ -237,8 +277,18 @@ static SCM heap_iteration(SCM heap) {
   return SCM_UNSPECIFIED;
 }
 
-static SCM heap_quiet_moment(SCM heap) {
-  check_status(gcpressure_quiet_moment(heap_of(heap, "heap-quiet-moment!")), "heap-quiet-moment!");
+static SCM heap_quiet_moment(SCM heap, SCM will_block) {
+  const int wb = !SCM_UNBNDP(will_block) && scm_is_true(will_block);
+  check_status(gcpressure_quiet_moment_ex(heap_of(heap, "heap-quiet-moment!"), wb), "heap-quiet-moment!");
+  return SCM_UNSPECIFIED;
+}
+
+/* Waits for the work queued on STREAM (#f or absent: the default stream; an
+ * integer: a cudaStream_t's address) and lets the policy collect while it runs. */
+static SCM heap_synchronize(SCM heap, SCM stream) {
+  void* st = NULL;
+  if (!SCM_UNBNDP(stream) && scm_is_true(stream)) st = (void*)(uintptr_t)scm_to_uintptr_t(stream);
+  check_status(gcpressure_synchronize(heap_of(heap, "heap-synchronize!"), st), "heap-synchronize!");
   return SCM_UNSPECIFIED;
 }
 
@@ -484,6 +534,14 @@ static SCM module_counters(void) {
 
 static SCM gc_collections(void) { return scm_from_uintmax(GC_get_gc_no()); }
 
+/* Guile's own collections since the module loaded: (count whole-heap seconds). */
+static SCM own_collections(void) {
+  uint64_t n = 0, full = 0;
+  double seconds = 0;
+  own_counts(&n, &full, &seconds);
+  return scm_list_3(scm_from_uint64(n), scm_from_uint64(full), scm_from_double(seconds));
+}
+
 /* The shared object a code address belongs to ("" if unknown). */
 static SCM library_of(void* fn) {
   Dl_info info;
@@ -507,6 +565,9 @@ static SCM bdwgc_setup(void) {
 
 void scm_init_gcpressure(void) {
   g_main_thread = pthread_self();
+  GC_start_performance_measurement(); /* Note [Counting Guile's own collections] */
+  g_gc_no_base = GC_get_gc_no();
+  g_gc_ms_base = GC_get_full_gc_total_time();
   sym_gcpressure_error = scm_from_utf8_symbol("gcpressure-error");
   heap_type = scm_make_foreign_object_type(scm_from_utf8_symbol("gcpressure-heap"),
                                            scm_list_3(scm_from_utf8_symbol("allocator"),
@@ -523,7 +584,8 @@ void scm_init_gcpressure(void) {
   scm_c_define_gsubr("%make-device-heap", 6, 0, 0, make_heap);
   scm_c_define_gsubr("heap-destroy!", 1, 0, 0, heap_destroy);
   scm_c_define_gsubr("heap-iteration!", 1, 0, 0, heap_iteration);
-  scm_c_define_gsubr("heap-quiet-moment!", 1, 0, 0, heap_quiet_moment);
+  scm_c_define_gsubr("heap-quiet-moment!", 1, 1, 0, heap_quiet_moment);
+  scm_c_define_gsubr("heap-synchronize!", 1, 1, 0, heap_synchronize);
   scm_c_define_gsubr("%heap-collect!", 2, 0, 0, heap_collect);
   scm_c_define_gsubr("heap-drain!", 1, 0, 0, heap_drain);
   scm_c_define_gsubr("heap-stats", 1, 0, 0, heap_stats);
@@ -542,6 +604,7 @@ void scm_init_gcpressure(void) {
   scm_c_define_gsubr("bias-relu!", 5, 0, 0, bias_relu);
   scm_c_define_gsubr("%gcpressure-module-counters", 0, 0, 0, module_counters);
   scm_c_define_gsubr("%bdwgc-collections", 0, 0, 0, gc_collections);
+  scm_c_define_gsubr("%guile-own-collections", 0, 0, 0, own_collections);
   scm_c_define_gsubr("%bdwgc-setup", 0, 0, 0, bdwgc_setup);
   scm_c_define("%gcpressure-version", scm_from_utf8_string(gcpressure_version()));
 }

@@ -158,5 +158,63 @@
   (check "finalizers after destroy ran and were harmless"
          (> (assq-ref (gcpressure-module-counters) 'releases-after-destroy) 0)))
 
+;;; The sync hint and quiet-moment with will-block (issue 11)
+(let ((h (make-device-heap #:hard-limit "16MiB")))
+  (let loop ((i 0))
+    (when (< i 64)
+      (device-array h 65536)
+      (heap-iteration! h)
+      (heap-synchronize! h)
+      (heap-quiet-moment! h (zero? (modulo i 8)))
+      (heap-quiet-moment! h)
+      (loop (+ i 1))))
+  (heap-synchronize! h #f)
+  (let ((s (heap-stats-alist h)))
+    (check "synchronize: no OOM" (= (json-ref s "ooms") 0))
+    (check "synchronize: counted by the policy" (= (json-ref s "gc" "syncs") 65)))
+  (check "synchronize: a bad stream is an error" (eq? (error-of (lambda () (heap-synchronize! h "s"))) 'misc))
+  (heap-destroy! h)
+  (check "synchronize after destroy is an error" (eq? (error-of (lambda () (heap-synchronize! h))) 'misc)))
+
+;;; Guile's own collections reach the library (Note [Counting Guile's own collections])
+(let* ((h (make-device-heap #:hard-limit "16MiB"))
+       (s0 (heap-stats-alist h))
+       (own0 (guile-own-collections)))
+  (gc) (gc)                            ; the program's own
+  (let ((s1 (heap-stats-alist h)) (own1 (guile-own-collections)))
+    (check "(gc) counts as Guile's own collection, twice"
+           (= (json-ref s1 "gc" "runtime_collections") (+ 2 (json-ref s0 "gc" "runtime_collections"))))
+    (check "... whole-heap ones" (= (json-ref s1 "gc" "runtime_full_collections")
+                                    (+ 2 (json-ref s0 "gc" "runtime_full_collections"))))
+    (check "guile-own-collections agrees" (= (car own1) (+ 2 (car own0))))
+    (check "own seconds are not exact" (eq? (json-ref s1 "gc" "runtime_seconds_exact") #f))
+    (heap-collect! h) (heap-collect! h #t)  ; the policy's: not Guile's own
+    (let ((s2 (heap-stats-alist h)))
+      (check "collections the policy asked for are not Guile's own"
+             (= (json-ref s2 "gc" "runtime_collections") (json-ref s1 "gc" "runtime_collections")))
+      (check "... but the collector counted them"
+             (>= (json-ref s2 "gc" "collector_collections") (+ 2 (json-ref s1 "gc" "collector_collections"))))))
+  (heap-destroy! h))
+
+;;; The environment is the default layer; explicit options override it (issue 12)
+(setenv "GCPRESSURE_HARD_LIMIT" "12MiB")
+(setenv "GCPRESSURE_POLICY" "at_limit")
+(let ((h (make-device-heap)))
+  (let ((s (heap-stats-alist h)))
+    (check "environment as defaults"
+           (and (= (json-ref s "hard_limit") (* 12 1048576)) (equal? (json-ref s "gc" "policy") "at_limit")))
+    (check "backend host without GCPRESSURE_BACKEND" (equal? (json-ref s "backend") "host")))
+  (heap-destroy! h))
+(let ((h (make-device-heap #:hard-limit "20MiB" #:policy "cudajl")))
+  (let ((s (heap-stats-alist h)))
+    (check "explicit options override the environment"
+           (and (= (json-ref s "hard_limit") (* 20 1048576)) (equal? (json-ref s "gc" "policy") "cudajl"))))
+  (heap-destroy! h))
+(setenv "GCPRESSURE_HARD_LIMIT" "lots")
+(check "a bad environment value is gcpressure-error invalid"
+       (eq? (error-of (lambda () (make-device-heap))) 'invalid))
+(unsetenv "GCPRESSURE_HARD_LIMIT")
+(unsetenv "GCPRESSURE_POLICY")
+
 (format #t "~a failure(s)~%" failures)
 (exit (if (zero? failures) 0 1))
