@@ -10,7 +10,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdio>
+#include <functional>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -168,4 +170,63 @@ TEST(BoehmCounting, BoehmsForcedFullsAreOwnWholeHeap) {
   EXPECT_GE(own_full * 4 + 4, own);
   EXPECT_LE(own_full * 4, own + 8);
   EXPECT_EQ(c1.full_collections - c0.full_collections, own_full);
+}
+
+// --- one owner of process-wide Boehm state --------------------------------------
+
+namespace {
+
+// One worker: minors and whole-heap cycles through its heap's policy, device
+// buffers dropped, host garbage (Boehm's own collections) in between.
+[[gnu::noinline]] void collect_from_thread(gb::device_heap& h, int rounds, std::atomic<std::uint64_t>& minors) {
+  gb::thread_scope reg;
+  for (int i = 0; i < rounds; ++i) {
+    for (int k = 0; k < 8; ++k) static_cast<char*>(gb::device_heap::data(h.alloc(64 * 1024)))[0] = 1;
+    churn(256 * 1024);
+    if (i % 3 == 2) {
+      h.collect(gcp::gc_kind::incremental_full);
+    } else {
+      h.collect(gcp::gc_kind::minor);
+      minors.fetch_add(1);
+    }
+  }
+}
+
+}  // namespace
+
+// Note [One owner of process-wide Boehm state]: two heaps collecting at once
+// from four threads leave Boehm's settings as they were, no cycle marked in
+// progress, and the collection counts adding up.
+TEST(BoehmRuntime, TwoHeapsCollectingFromThreadsKeepSettingsAndCounts) {
+  gb::init();
+  const int freq0 = GC_get_full_freq();
+  const unsigned long limit0 = GC_get_time_limit();
+  gb::device_heap a(host_opts(64 * MiB), "pressure");
+  gb::device_heap b(host_opts(64 * MiB), "pressure");
+  const gcp::collector_counters c0 = a.gc().counters();
+  const GC_word n0 = GC_get_gc_no();
+  const std::uint64_t p0 = gb::boehm_collector::policy_collections();
+  std::atomic<std::uint64_t> minors{0};
+  {
+    std::vector<std::thread> ts;
+    for (int t = 0; t < 4; ++t) ts.emplace_back(collect_from_thread, std::ref(t % 2 ? a : b), 30, std::ref(minors));
+    for (auto& t : ts) t.join();
+  }
+  EXPECT_EQ(GC_get_full_freq(), freq0) << "a minor's full frequency leaked out";
+  EXPECT_EQ(GC_get_time_limit(), limit0) << "a minor's time limit leaked out";
+  EXPECT_FALSE(a.gc().full_in_progress());
+  EXPECT_FALSE(b.gc().full_in_progress());
+  const gcp::collector_counters c1 = b.gc().counters();
+  const std::uint64_t policy = gb::boehm_collector::policy_collections() - p0;
+  const std::uint64_t own = c1.own_collections - c0.own_collections;
+  std::printf("gc_no +%lu: policy %llu (minors asked %llu), own %llu\n", static_cast<unsigned long>(GC_get_gc_no() - n0),
+              static_cast<unsigned long long>(policy), static_cast<unsigned long long>(minors.load()),
+              static_cast<unsigned long long>(own));
+  EXPECT_EQ(policy + own, GC_get_gc_no() - n0);
+  EXPECT_GE(policy, minors.load()) << "every minor completes a collection inside its call";
+  const auto sa = a.stats(), sb = b.stats();
+  EXPECT_EQ(sa.ooms + sb.ooms, 0u);
+  EXPECT_EQ(sa.gc.by_kind[static_cast<int>(gcp::gc_kind::incremental_full)] +
+                sb.gc.by_kind[static_cast<int>(gcp::gc_kind::incremental_full)],
+            40u);
 }
