@@ -17,6 +17,12 @@ whole heap — before an allocation fails, within a GC time budget.
 torch.cuda.memory_allocated() and friends do not work with pluggable
 allocators; stats() gives this library's numbers instead.
 
+synchronize() (and torch.cuda.synchronize, wrapped by install()) lets the
+policy collect while the device still works before the host waits. CUDA
+graph captures are served from graph pools (Note [Graph capture] in
+torch_graphs.hpp); install() hooks CUDAGraph.capture_begin/capture_end so that
+a graph's pool is released with the graph. uninstall() removes the hooks.
+
 The library is found through `lib=`, $GCPRESSURE_TORCH_LIB (a file or a
 directory), this package's folder (where `pip install ./examples/torch` puts
 it), or this checkout's newest build*/examples/torch/libgcpressure_torch.so.
