@@ -99,7 +99,13 @@ def child(cfg: str, a) -> None:
             r = gcp.raw_stats()
             steps = 7 * a.steps
             out["allocs_per_step"] = (r["entries"]["alloc_calls"] - base["entries"]["alloc_calls"]) / steps
-            out["collections"] = gcp.stats()["collections"]
+            st = gcp.stats()
+            out["collections"] = st["collections"]
+            # Collections are the policy's cost (each one a gc.collect in a
+            # process that imported torch): per step, to set against the step.
+            out["gc_ms_per_step"] = (st["gc_seconds"] - sum(
+                d["gc"].get("gc_seconds", 0.0) for d in base.get("devices", []))) / steps * 1e3
+            out["python_gc_seconds"] = st["python_gc_seconds"]
             prof = r["profile"]
             if prof["enabled"]:
                 b = base["profile"]
@@ -180,6 +186,7 @@ def main() -> int:
         "library_us_per_step": prof.get("profile_us_per_step"),
         "library_ns_per_call": prof.get("profile_ns_per_call"),
         "collections": prof.get("collections"),
+        "gc_ms_per_step": [r.get("gc_ms_per_step") for r in runs.get("gcpressure", [])],
         "empty_del_us": {"torch": te, "gcpressure": ge},
         # torch.empty + del through the plug-in: this library's share (alloc +
         # free, timed inside) and the rest (PyTorch's pluggable path, Python),
