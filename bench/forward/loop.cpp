@@ -22,7 +22,6 @@
 #include <cmath>
 #include <cstring>
 #include <new>
-#include <random>
 #include <thread>
 
 #include <time.h>
@@ -130,6 +129,7 @@ void host_garbage(int count) {
 // Model roots: uncollectable (scanned, never freed by the collector).
 struct model_roots {
   darray* x;
+  darray* out;       // the last iteration's output, read back after the sync
   darray* items[1];  // W[0..layers), b[0..layers)
 };
 
@@ -246,19 +246,30 @@ void init_model(loop_state& s) {
   s.roots = static_cast<model_roots*>(GC_MALLOC_UNCOLLECTABLE(root_bytes));
   if (!s.roots) throw std::bad_alloc();
   std::memset(s.roots, 0, root_bytes);
-  std::mt19937_64 rng(s.o.seed);
+  // xorshift64*: the H200 model has 134 M weights, and a matrix of runs
+  // initialises it once per run (mt19937_64 + a distribution took ~1 s).
+  std::uint64_t state = s.o.seed * 0x9e3779b97f4a7c15ull + 1;
+  auto uniform = [&state](float lo, float hi) {
+    state ^= state >> 12;
+    state ^= state << 25;
+    state ^= state >> 27;
+    const auto bits = static_cast<std::uint32_t>((state * 0x2545f4914f6cdd1dull) >> 40);  // 24 bits
+    return lo + (hi - lo) * static_cast<float>(bits) * (1.0f / 16777216.0f);
+  };
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  std::uniform_real_distribution<float> wdist(-scale, scale), xdist(0.f, 1.f), bdist(-0.01f, 0.05f);
+  auto wdist = [&] { return uniform(-scale, scale); };
+  auto xdist = [&] { return uniform(0.f, 1.f); };
+  auto bdist = [&] { return uniform(-0.01f, 0.05f); };
   std::vector<float> host(static_cast<std::size_t>(d) * std::max(d, n));
   s.roots->x = s.arr->make(d, n);
-  for (std::size_t i = 0; i < static_cast<std::size_t>(d) * n; ++i) host[i] = xdist(rng);
+  for (std::size_t i = 0; i < static_cast<std::size_t>(d) * n; ++i) host[i] = xdist();
   s.comp->upload(ptr(s.roots->x), host.data(), act_bytes);
   for (int l = 0; l < L; ++l) {
     darray* W = s.roots->items[l] = s.arr->make(d, d);
-    for (std::size_t i = 0; i < static_cast<std::size_t>(d) * d; ++i) host[i] = wdist(rng);
+    for (std::size_t i = 0; i < static_cast<std::size_t>(d) * d; ++i) host[i] = wdist();
     s.comp->upload(ptr(W), host.data(), static_cast<std::size_t>(d) * d * sizeof(float));
     darray* b = s.roots->items[L + l] = s.arr->make(d, 1);
-    for (int i = 0; i < d; ++i) host[static_cast<std::size_t>(i)] = bdist(rng);
+    for (int i = 0; i < d; ++i) host[static_cast<std::size_t>(i)] = bdist();
     s.comp->upload(ptr(b), host.data(), static_cast<std::size_t>(d) * sizeof(float));
   }
   s.comp->wait();
@@ -294,13 +305,8 @@ void forward_pass(loop_state& s, int it, bool last) {
       host_garbage(s.o.host_allocs / L + (l < s.o.host_allocs % L ? 1 : 0));
     }
     s.wl->end_iteration(it);
-    if (last) {
-      std::vector<float> col(static_cast<std::size_t>(d));
-      s.comp->download(col.data(), ptr(h), col.size() * sizeof(float));
-      s.r.checksum = 0;
-      for (float v : col) s.r.checksum += v;
-    }
-    drop_input();
+    if (last) s.roots->out = h;  // read back by checksum(), after the sync
+    else drop_input();
   } catch (const gcp::out_of_memory& e) {
     ++s.r.ooms;
     if (s.r.first_oom.empty()) s.r.first_oom = e.what();
@@ -308,6 +314,18 @@ void forward_pass(loop_state& s, int it, bool last) {
     s.arr->died(y);
     drop_input();
   }
+}
+
+// The sum of the last output's first column (a sanity check), read after the
+// iteration's sync so that the host time does not include the device's.
+void checksum(loop_state& s) {
+  if (!s.roots->out) return;
+  std::vector<float> col(static_cast<std::size_t>(s.o.d));
+  s.comp->download(col.data(), ptr(s.roots->out), col.size() * sizeof(float));
+  s.r.checksum = 0;
+  for (float v : col) s.r.checksum += v;
+  s.arr->died(s.roots->out);
+  s.roots->out = nullptr;
 }
 
 // The end of an iteration: the iteration hint, then the policy's sync hint
@@ -368,6 +386,7 @@ void iterate(loop_state& s) {
     s.host_seconds += std::chrono::duration<double>(t_host - t_iter).count();
     end_iteration(s);
     s.r.sync_seconds += since(t_host);
+    checksum(s);
     record_sample(s, it);
     s.r.max_iteration_seconds = std::max(s.r.max_iteration_seconds, since(t_iter));
     ++s.r.iterations;
