@@ -774,16 +774,6 @@ std::string json_escape(const std::string& s) {
   return o;
 }
 
-const char* backend_name(backend_choice b) {
-  switch (b) {
-    case backend_choice::automatic: return "auto";
-    case backend_choice::host: return "host";
-    case backend_choice::cuda: return "cuda";
-    case backend_choice::cuda_async: return "cuda_async";
-  }
-  return "?";
-}
-
 std::string stats_json() {
   globals& g = G();
   counters& c = C();
@@ -796,7 +786,7 @@ std::string stats_json() {
   }
   auto u = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   os << "{\"library\":\"gcpressure_torch\",\"version\":\"0.1.0\",\"settings\":{\"backend\":\""
-     << backend_name(s.cfg.backend) << "\",\"policy\":\"" << json_escape(s.cfg.policy)
+     << to_string(s.cfg.backend) << "\",\"policy\":\"" << json_escape(s.cfg.policy)
      << "\",\"soft_limit\":\"" << json_escape(s.cfg.soft_limit.to_string()) << "\",\"hard_limit\":\""
      << json_escape(s.cfg.hard_limit.to_string()) << "\",\"gc_budget\":" << s.cfg.gc_budget
      << ",\"gil_wait\":" << s.gil_wait << ",\"minor_generation\":" << s.minor_generation
@@ -838,16 +828,6 @@ std::string stats_json() {
   }
   os << "]}";
   return os.str();
-}
-
-bool parse_backend(const char* v, backend_choice* out) {
-  const std::string b = v;
-  if (b == "auto") *out = backend_choice::automatic;
-  else if (b == "host") *out = backend_choice::host;
-  else if (b == "cuda") *out = backend_choice::cuda;
-  else if (b == "cuda_async") *out = backend_choice::cuda_async;
-  else return false;
-  return true;
 }
 
 template <class F>
@@ -963,8 +943,7 @@ GCP_EXPORT int gcp_torch_init(const char* backend, const char* soft_limit, const
       if (existing(d)) return fail("gcp_torch_init: too late, the allocator has already allocated");
     ensure_configured_locked(g);
     settings s = g.s;
-    if (backend && !parse_backend(backend, &s.cfg.backend))
-      return fail(std::string("gcp_torch_init: unknown backend '") + backend + "'");
+    if (backend) s.cfg.backend = parse_backend(backend, "gcp_torch_init backend");  // throws, naming it
     if (s.cfg.backend == backend_choice::automatic)
       s.cfg.backend = cuda_available() ? backend_choice::cuda_async : backend_choice::host;
     if (soft_limit) s.cfg.soft_limit = parse_size(soft_limit, "soft_limit");
