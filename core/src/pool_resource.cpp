@@ -23,6 +23,7 @@
 #include "gcpressure/pool_resource.hpp"
 
 #include <algorithm>
+#include <exception>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -74,6 +75,14 @@ struct stream_lists {
   std::uint64_t safe_seq = 1;   // frees with seq < this are safe for every stream (0: always)
   free_set& for_size(bool is_small) { return is_small ? small : large; }
   bool empty() const { return small.empty() && large.empty(); }
+};
+
+// An event wait_pending/forget_stream recorded on `owner`: once it has
+// completed, every free on `owner` numbered below `covers` is safe.
+struct stream_wait {
+  stream_ref owner = nullptr;
+  event_ref event = nullptr;
+  std::uint64_t covers = 0;
 };
 
 // Live blocks by address: open addressing with linear probing and
@@ -214,6 +223,67 @@ struct pool_impl {
       return poll(owner, s);
     }
     return false;
+  }
+
+  // Note [Waiting outside the lock], step 1 (caller holds `mu`): one event
+  // per owner with frees not known safe; with `only`, one on that stream.
+  std::vector<stream_wait> record_waits(stream_ref only) {
+    std::vector<stream_wait> out;
+    try {
+      for (auto& [owner, l] : lists) {
+        if (owner == k_any_stream) continue;
+        if (only ? owner != only : (l.empty() || l.safe_seq >= seq)) continue;
+        out.push_back({owner, nullptr, seq});
+        out.back().event = ops().record(owner);
+      }
+    } catch (...) {
+      for (const auto& w : out)
+        if (w.event) ops().release(w.event);
+      throw;
+    }
+    return out;
+  }
+
+  // Step 2 (without `mu`): waits for and releases every event, also when a
+  // synchronize throws (cuda_error), which is then rethrown.
+  void synchronize_all(std::vector<stream_wait>& waits) {
+    std::exception_ptr failed;
+    for (auto& w : waits) {
+      if (!failed) try {
+          ops().synchronize(w.event);
+        } catch (...) {
+          failed = std::current_exception();
+        }
+      ops().release(w.event);
+      w.event = nullptr;
+    }
+    if (failed) std::rethrow_exception(failed);
+  }
+
+  // Step 3 (caller holds `mu`): the blocks now safe for every stream are
+  // re-indexed as such (free_seq 0), merging safe free neighbours freed on
+  // different streams. Blocks still unsafe keep their owner and number.
+  void reindex_safe() {
+    for (auto& [owner, l] : lists)
+      for (free_set* set : {&l.small, &l.large})
+        for (auto it = set->begin(); it != set->end();) {
+          if (is_safe(*it)) recycle(set->extract(it++));
+          else ++it;
+        }
+    for (auto* sg : segments) {
+      for (block* b = sg->first; b; b = b->next) {
+        if (b->allocated || !is_safe(b)) continue;
+        while (b->next && !b->next->allocated && is_safe(b->next)) {
+          block* n = b->next;
+          b->size += n->size;
+          b->next = n->next;
+          if (n->next) n->next->prev = b;
+          free_block(n);
+        }
+        b->free_seq = 0;
+        insert_free(b);
+      }
+    }
   }
 
   bool is_safe(const block* b) {
@@ -511,82 +581,81 @@ std::size_t pool_resource::release_cached() noexcept {
   return impl_->release_idle();
 }
 
+// Note [Waiting outside the lock]
+// wait_pending and forget_stream block on events that may take as long as a
+// kernel. Holding the pool mutex meanwhile would stall every thread's pool
+// hit behind another stream's work. So they run in three steps:
+//   1. under the lock, record one event per owner stream with frees not yet
+//      known safe, and remember the sequence number it covers (every free
+//      with a smaller number came before the record, on that stream);
+//   2. without the lock, synchronize those events (they are private to this
+//      call: poll() never sees them, so nobody else queries or releases them);
+//   3. under the lock again, raise each owner's safe frontier to the number
+//      its event covered (never lower it: poll() may have moved it further),
+//      and re-index only the blocks now safe.
+// Frees that happen between 1 and 3 get larger numbers than any event of
+// step 1 covers, so they stay owned and unsafe: a block freed on A is still
+// never handed to B before A's work queued before the free has completed.
+// Meanwhile other threads allocate, free and poll as usual.
 std::size_t pool_resource::wait_pending() {
   auto& s = *impl_;
+  std::vector<detail::stream_wait> waits;
+  {
+    std::lock_guard<std::mutex> lk(s.mu);
+    waits = s.record_waits(nullptr);
+  }
+  s.synchronize_all(waits);  // Note [Waiting outside the lock]
   std::lock_guard<std::mutex> lk(s.mu);
-  std::size_t waited = 0;
-  for (auto& [owner, l] : s.lists) {
-    if (owner == detail::k_any_stream || l.empty() || l.safe_seq >= s.seq) continue;
-    // An event recorded earlier covers only the frees before it: record a
-    // fresh one (stream order makes it complete after the old one). The old
-    // one is forgotten before record(), which may throw cuda_error: the
-    // stream's lists must never keep a released event.
-    if (l.event_pending) {
-      s.ops().release(l.event);
-      l.event = nullptr;
-      l.event_pending = false;
-    }
-    l.event = s.ops().record(owner);
-    l.event_pending = true;
-    l.event_seq = s.seq;
-    s.ops().synchronize(l.event);
-    s.ops().release(l.event);
-    l.event = nullptr;
-    l.event_pending = false;
-    l.safe_seq = l.event_seq;
-    ++waited;
+  for (const auto& w : waits) {
+    auto it = s.lists.find(w.owner);
+    if (it != s.lists.end()) it->second.safe_seq = std::max(it->second.safe_seq, w.covers);
   }
-  s.c.events_waited += waited;
-  // Every free block is now safe for every stream: rebuild the index so
-  // that neighbours freed on different streams merge.
-  for (auto& [owner, l] : s.lists) {
-    l.small.clear();
-    l.large.clear();
-  }
-  for (auto* seg : s.segments) {
-    for (block* b = seg->first; b; b = b->next) {
-      if (b->allocated) continue;
-      while (b->next && !b->next->allocated) {
-        block* n = b->next;
-        b->size += n->size;
-        b->next = n->next;
-        if (n->next) n->next->prev = b;
-        s.free_block(n);
-      }
-      b->free_seq = 0;
-      s.insert_free(b);
-    }
-  }
-  return waited;
+  s.c.events_waited += waits.size();
+  s.reindex_safe();
+  return waits.size();
 }
 
 void pool_resource::forget_stream(stream_ref stream) {
   auto& s = *impl_;
-  std::lock_guard<std::mutex> lk(s.mu);
-  auto it = s.lists.find(stream);
-  if (it == s.lists.end() || stream == detail::k_any_stream) return;
-  auto& l = it->second;
-  if (l.event_pending) s.ops().release(l.event);
-  l.event = nullptr;
-  l.event_pending = false;
-  event_ref e = s.ops().record(stream);  // the last time the pool touches it
-  try {
-    s.ops().synchronize(e);
-  } catch (...) {
-    s.ops().release(e);  // cuda_error: the stream stays known, the event does not leak
-    throw;
+  if (stream == detail::k_any_stream) return;
+  // Note [Waiting outside the lock]. Frees on the stream that race with its
+  // forgetting are covered by another round (the caller stops using it).
+  for (;;) {
+    std::vector<detail::stream_wait> waits;
+    {
+      std::lock_guard<std::mutex> lk(s.mu);
+      if (s.lists.find(stream) == s.lists.end()) return;
+      waits = s.record_waits(stream);  // the stream's last events from the pool
+    }
+    s.synchronize_all(waits);
+    std::lock_guard<std::mutex> lk(s.mu);
+    auto it = s.lists.find(stream);
+    if (it == s.lists.end()) return;  // forgotten by a concurrent call
+    auto& l = it->second;
+    const std::uint64_t covers = waits.empty() ? 0 : waits.front().covers;
+    std::vector<block*> moved;
+    for (free_set* set : {&l.small, &l.large})
+      for (auto b = set->begin(); b != set->end();)
+        if ((*b)->free_seq < covers) {
+          moved.push_back(*b);
+          b = set->erase(b);
+        } else {
+          ++b;
+        }
+    for (block* b : moved) {
+      b->owner = detail::k_any_stream;
+      b->free_seq = 0;
+    }
+    const bool done = l.empty();
+    if (done) {
+      if (l.event_pending) s.ops().release(l.event);
+      s.lists.erase(it);
+    }
+    for (block* b : moved) s.insert_free(b);
+    // Live blocks allocated on it keep it as owner only until they are freed
+    // (on a stream the caller names), so nothing else refers to it.
+    if (done) return;
   }
-  s.ops().release(e);
-  std::vector<block*> moved(l.small.begin(), l.small.end());
-  moved.insert(moved.end(), l.large.begin(), l.large.end());
-  s.lists.erase(it);
-  for (block* b : moved) {
-    b->owner = detail::k_any_stream;
-    b->free_seq = 0;
-    s.insert_free(b);
-  }
-  // Live blocks allocated on it keep it as owner only until they are freed
-  // (on a stream the caller names), so nothing else refers to it.
 }
 
 std::size_t pool_resource::trim() {
