@@ -16,8 +16,10 @@ string(JSON ooms ERROR_VARIABLE jerr GET "${last}" ooms)
 if(jerr)
   message(FATAL_ERROR "the last line is not the JSON result (${jerr}):\n${last}")
 endif()
-foreach(key policy backend iterations peak_live_bytes peak_reserved_bytes collections_minor collections_full
-            collections_full_steady max_pause_seconds gc_seconds wall_seconds finalized)
+foreach(key policy backend workload iterations peak_live_bytes peak_reserved_bytes collections_minor collections_full
+            collections_full_steady max_pause_seconds gc_seconds wall_seconds finalized
+            collections_runtime collections_full_steady_any exposed_gc_seconds hidden_gc_seconds gc_seconds_all
+            time_per_iter collector_collections host_seconds_per_iter sync_wait_seconds slack_seconds exact bounds)
   string(JSON v ERROR_VARIABLE jerr GET "${last}" ${key})
   if(jerr)
     message(FATAL_ERROR "the JSON result lacks '${key}':\n${last}")
