@@ -190,102 +190,128 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def run(args) -> dict:
-    backend = args.backend
-    compute_mode = args.compute or ("touch" if backend == "host" else "cuda")
-    if compute_mode in ("touch", "exact") and backend != "host":
-        raise SystemExit("forward_loop.py: --compute touch/exact need the host backend")
-    if compute_mode == "exact" and args.d * args.d * args.batch * args.layers > 2_000_000:
-        raise SystemExit("forward_loop.py: --compute exact is pure Python: use small shapes (e.g. --d 16 --batch 4)")
+class ForwardLoop:
+    """One run: the allocator, the model, the workload, then the loop's state."""
 
-    if args.python_gc == "off":
-        gc.disable()
-    else:
-        gc.enable()
-    gc.collect()
-
-    alloc = gp.Allocator(backend=backend, hard_limit=args.hard_limit, soft_limit=args.soft_limit,
-                         policy=args.policy, host_capacity=args.host_capacity, gc_budget=args.gc_budget,
-                         every_n=args.every_n, collector=(args.collector == "python"),
-                         minor_generation=args.minor_generation, library=args.lib)
-    comp = Compute(compute_mode, backend)
-    d, batch, L = args.d, args.batch, args.layers
-    explicit = args.policy == "explicit_free"
-
-    # The model: W, b per layer and the input x, alive for the whole run.
-    rng = random.Random(args.seed)
-    Ws, bs = [], []
-    host_W, host_b = [], []
-    for _ in range(L):
-        W, b = alloc.array((d, d)), alloc.array((d,))
-        if compute_mode == "exact":
-            hw = [ctypes.c_float(rng.uniform(-1, 1) / math.sqrt(d)).value for _ in range(d * d)]
-            hb = [ctypes.c_float(rng.uniform(-0.1, 0.1)).value for _ in range(d)]
-            floats(W)[:] = hw
-            floats(b)[:] = hb
-            host_W.append(hw)
-            host_b.append(hb)
+    def __init__(self, args):
+        self.args = args
+        backend = args.backend
+        self.compute_mode = args.compute or ("touch" if backend == "host" else "cuda")
+        if self.compute_mode in ("touch", "exact") and backend != "host":
+            raise SystemExit("forward_loop.py: --compute touch/exact need the host backend")
+        if self.compute_mode == "exact" and args.d * args.d * args.batch * args.layers > 2_000_000:
+            raise SystemExit("forward_loop.py: --compute exact is pure Python: use small shapes (e.g. --d 16 --batch 4)")
+        if args.python_gc == "off":
+            gc.disable()
         else:
-            comp.fill(W)
-            comp.fill(b)
-        Ws.append(W)
-        bs.append(b)
-    x = alloc.array((d, batch))
-    if compute_mode == "exact":
-        hx = [ctypes.c_float(rng.uniform(-1, 1)).value for _ in range(d * batch)]
-        floats(x)[:] = hx
-        expected = reference(host_W, host_b, hx, d, batch)
-    else:
-        comp.fill(x)
-    model_bytes = sum(a.nbytes for a in Ws + bs) + x.nbytes
-    act_bytes = d * batch * 4
-    bytes_per_iteration = 2 * L * act_bytes
+            gc.enable()
+        gc.collect()
+        self.alloc = gp.Allocator(backend=backend, hard_limit=args.hard_limit, soft_limit=args.soft_limit,
+                                  policy=args.policy, host_capacity=args.host_capacity, gc_budget=args.gc_budget,
+                                  every_n=args.every_n, collector=(args.collector == "python"),
+                                  minor_generation=args.minor_generation, library=args.lib)
+        self.comp = Compute(self.compute_mode, backend)
+        self.d, self.batch, self.L = args.d, args.batch, args.layers
+        self.explicit = self.alloc.policy == "explicit_free"
+        self.make_model()
+        self.wl = Workload(args.workload, self.alloc, self.comp.fill, oracle=self.explicit,
+                           hard_limit=self.alloc.stats()["hard_limit"], seed=args.seed,
+                           promote_share=args.promote_share, burst_every=args.burst_every,
+                           burst_fraction=args.burst_fraction)
+        self.inflight = []  # under the oracle: this iteration's arrays (an OOM must not leak them)
+        self.mismatches = 0
+        self.checksum = 0.0
 
-    wl = Workload(args.workload, alloc, comp.fill, oracle=explicit, hard_limit=alloc.stats()["hard_limit"],
-                  seed=args.seed, promote_share=args.promote_share, burst_every=args.burst_every,
-                  burst_fraction=args.burst_fraction)
-    inflight = []  # under the oracle: this iteration's arrays (an OOM must not leak them)
+    def make_model(self) -> None:
+        """W, b per layer and the input x, alive for the whole run."""
+        d, batch, alloc, comp, exact = self.d, self.batch, self.alloc, self.comp, self.compute_mode == "exact"
+        rng = random.Random(self.args.seed)
+        self.Ws, self.bs = [], []
+        host_W, host_b = [], []
+        for _ in range(self.L):
+            W, b = alloc.array((d, d)), alloc.array((d,))
+            if exact:
+                hw = [ctypes.c_float(rng.uniform(-1, 1) / math.sqrt(d)).value for _ in range(d * d)]
+                hb = [ctypes.c_float(rng.uniform(-0.1, 0.1)).value for _ in range(d)]
+                floats(W)[:] = hw
+                floats(b)[:] = hb
+                host_W.append(hw)
+                host_b.append(hb)
+            else:
+                comp.fill(W)
+                comp.fill(b)
+            self.Ws.append(W)
+            self.bs.append(b)
+        self.x = alloc.array((d, batch))
+        self.expected = None
+        if exact:
+            hx = [ctypes.c_float(rng.uniform(-1, 1)).value for _ in range(d * batch)]
+            floats(self.x)[:] = hx
+            self.expected = reference(host_W, host_b, hx, d, batch)
+        else:
+            comp.fill(self.x)
+        self.model_bytes = sum(a.nbytes for a in self.Ws + self.bs) + self.x.nbytes
 
-    def new_array():
-        a = alloc.array((d, batch))
-        if explicit:
-            inflight.append(a)
+    def new_array(self):
+        a = self.alloc.array((self.d, self.batch))
+        if self.explicit:
+            self.inflight.append(a)
         return a
 
-    def forward(it):
+    def forward(self, it):
         """One forward pass from x; returns the output (the oracle freed the rest)."""
-        h = x
-        for layer in range(L):
-            W, b = Ws[layer], bs[layer]
-            comp.check(h)
-            tmp = new_array()
+        h, wl = self.x, self.wl
+        for layer in range(self.L):
+            W, b = self.Ws[layer], self.bs[layer]
+            self.comp.check(h)
+            tmp = self.new_array()
             Node("matmul", (W, h), tmp)
-            out = new_array()
+            out = self.new_array()
             Node("bias_relu", (tmp, b), out)
-            if compute_mode == "exact":
-                dense_exact(W, b, h, tmp, out, d, batch)
+            if self.compute_mode == "exact":
+                dense_exact(W, b, h, tmp, out, self.d, self.batch)
             else:
-                comp.fill(tmp)
-                comp.fill(out)
+                self.comp.fill(tmp)
+                self.comp.fill(out)
             wl.after_layer(it, tmp, out)
             wl.died(tmp)  # the oracle: free each array as soon as it is dead
-            if h is not x:
+            if h is not self.x:
                 wl.died(h)
             h = out
         return h
 
+    def iteration(self, it) -> None:
+        """One iteration's arrays (raises OutOfDeviceMemory); frees under the oracle."""
+        try:
+            self.wl.begin_iteration(it)
+            h = self.forward(it)
+            if self.expected is not None:
+                y = floats(h)
+                d, batch = self.d, self.batch
+                if any(y[i] != self.expected[i] for i in range(d * batch)):
+                    self.mismatches += 1
+                self.checksum = sum(y[i * batch] for i in range(d))
+            self.wl.died(h)
+            self.wl.end_iteration(it)
+        finally:
+            h = y = None  # the whole chain is now garbage in cycles
+            for a in self.inflight:  # the oracle: what an OOM left behind
+                self.wl.died(a)
+            self.inflight.clear()
+
+
+def run(args) -> dict:
+    fl = ForwardLoop(args)
+    alloc, wl = fl.alloc, fl.wl
     py0 = gp.python_gc_counts()
     col = alloc.collector
     col0 = col.snapshot() if col else None
-    # Steady state as in examples/forward_loop: after the first 10% of iterations.
+    # Steady state as in the C++ loop: after the first 10% of iterations.
     steady_from = args.iters // 10
     full_at_steady = None
     first_oom = None
     first_oom_message = None
-    ooms_seen = 0
     max_iter = 0.0
-    checksum = 0.0
-    mismatches = 0
     iterations = 0
     progress_every = max(1, args.iters // 10)
     t_start = time.perf_counter()
@@ -294,17 +320,8 @@ def run(args) -> dict:
             full_at_steady = alloc.stats()["gc"]["by_kind"]["blocking_full"]
         t0 = time.perf_counter()
         try:
-            wl.begin_iteration(it)
-            h = forward(it)
-            if compute_mode == "exact":
-                y = floats(h)
-                if any(y[i] != expected[i] for i in range(d * batch)):
-                    mismatches += 1
-                checksum = sum(y[i * batch] for i in range(d))
-            wl.died(h)
-            wl.end_iteration(it)
+            fl.iteration(it)
         except gp.OutOfDeviceMemory as e:
-            ooms_seen += 1
             if first_oom is None:
                 first_oom = it
                 first_oom_message = str(e)
@@ -313,11 +330,6 @@ def run(args) -> dict:
             if args.stop_on_oom:
                 iterations += 1
                 break
-        finally:
-            h = y = None  # the whole chain is now garbage in cycles
-            for a in inflight:  # the oracle: what an OOM left behind
-                wl.died(a)
-            inflight.clear()
         if not args.no_hints:
             alloc.iteration()
         if not args.no_sync:
@@ -330,20 +342,35 @@ def run(args) -> dict:
                   f"python collections {sum(gp.python_gc_counts()) - sum(py0)}", flush=True)
     wall = time.perf_counter() - t_start
     wl.release()
-    py1 = gp.python_gc_counts()
+    py_by_gen = [b - a for a, b in zip(py0, gp.python_gc_counts())]
+    r = summary(args, fl, wall, iterations, py_by_gen, col0, full_at_steady or 0)
+    r.update({"max_iteration_seconds": max_iter, "first_oom_iteration": first_oom, "first_oom": first_oom_message})
+    # Tear down: drop the model, collect what is left, give everything back.
+    fl.Ws = fl.bs = fl.x = None
+    gc.collect()
+    alloc.drain()  # finalizers only queued their blocks
+    r["live_at_exit_bytes"] = alloc.usage()[0]
+    alloc.close()
+    gc.enable()
+    return r
+
+
+def summary(args, fl, wall, iterations, py_by_gen, col0, full_at_steady) -> dict:
+    """The JSON summary: the C++ loop's keys, then CPython's own."""
+    alloc, col = fl.alloc, fl.alloc.collector
     s = alloc.stats()
     g = s["gc"]
-    py_by_gen = [b - a for a, b in zip(py0, py1)]
     kinds = g["by_kind"]
-    r = {
+    d, batch, L = fl.d, fl.batch, fl.L
+    return {
         "runtime": "cpython",
         "python": sys.version.split()[0],
         "policy": g["policy"] or "none",
         "collector": args.collector,
         "backend": s["backend"],
-        "compute": comp.mode,
+        "compute": fl.comp.mode,
         "workload": args.workload,
-        "explicit_frees": wl.explicit_frees,
+        "explicit_frees": fl.wl.explicit_frees,
         "synchronize": not args.no_sync,
         "iterations": iterations,
         "iterations_requested": args.iters,
@@ -357,12 +384,11 @@ def run(args) -> dict:
         "collections_full": kinds["incremental_full"] + kinds["blocking_full"],
         "collections_incremental_full": kinds["incremental_full"],
         "collections_blocking_full": kinds["blocking_full"],
-        "collections_full_steady": kinds["blocking_full"] - (full_at_steady or 0),
+        "collections_full_steady": kinds["blocking_full"] - full_at_steady,
         "collections_by_reason": g["by_reason"],
         "incremental_slices": g["incremental_slices"],
         "ladder_full_collections": s["ladder"]["full_collection"],
         "max_pause_seconds": g["longest_pause_seconds"],
-        "max_iteration_seconds": max_iter,
         "gc_seconds": g["gc_seconds"],
         "gc_fraction": g["gc_seconds"] / wall if wall > 0 else 0,
         "wall_seconds": wall,
@@ -377,7 +403,7 @@ def run(args) -> dict:
         "python_own_full_collections": col.own_full_collections - col0["own_full_collections"] if col else None,
         "python_own_seconds": col.own_seconds - col0["own_seconds"] if col else None,
         "allocations": s["allocations"],
-        # CPython's own view (every collection, its automatic ones included)
+        # CPython's own view (every collection, the library's requests included)
         "runtime_collections": sum(py_by_gen),
         "runtime_full_collections": py_by_gen[2],
         "runtime_gc_seconds": (col.python_seconds - col0["python_seconds"]) if col else None,
@@ -386,28 +412,18 @@ def run(args) -> dict:
         "python_gc_collections_by_generation": py_by_gen,
         "minor_generation": args.minor_generation if col else None,
         "layers": L, "d": d, "batch": batch,
-        "bytes_per_iteration": bytes_per_iteration,
-        "model_bytes": model_bytes,
+        "bytes_per_iteration": 2 * L * d * batch * 4,
+        "model_bytes": fl.model_bytes,
         "total_allocated_bytes": s["requested"]["total"],
         "allocation_to_limit_ratio": round(s["requested"]["total"] / max(1, s["hard_limit"]), 2),
         "hard_limit": s["hard_limit"], "soft_limit": s["soft_limit"],
         "device_total": s["device_total"],
         "gc_budget": args.gc_budget or 0.05,
         "oom_retried": alloc.oom_retried,
-        "check_errors": comp.errors + mismatches,
+        "check_errors": fl.comp.errors + fl.mismatches,
         "release_errors": alloc.release_errors,
-        "checksum": checksum,
-        "first_oom_iteration": first_oom,
-        "first_oom": first_oom_message,
+        "checksum": fl.checksum,
     }
-    # Tear down: drop the model, collect what is left, give everything back.
-    Ws = bs = x = W = b = None
-    gc.collect()
-    alloc.drain()  # finalizers only queued their blocks
-    r["live_at_exit_bytes"] = alloc.usage()[0]
-    alloc.close()
-    gc.enable()
-    return r
 
 
 def main(argv=None) -> int:
