@@ -19,69 +19,10 @@
 // are looked up at run time with dlsym (PyGILState_Check, present in every
 // CPython since 3.4, and Py_IsFinalizing / _Py_IsFinalizing).
 //
-// Note [GIL and the collection lock]
-// Two locks matter: the GIL, and the policy's collection mutex M
-// (gc_policy::collect_mu_). M is held across a whole collection; allocating
-// threads wait for it (bounded, 5 s, in before_allocate when over the
-// headroom; unbounded in the reclaim ladder). Allocations reach us from
-// threads that hold the GIL (PyTorch code that keeps it), from Python threads
-// that released it (most ATen bindings drop it before dispatch), and from
-// threads Python has never seen (autograd's device threads). A deadlock needs
-// a thread that holds M and waits for the GIL while the GIL's holder waits
-// for M. The rules that exclude it:
-//  1. A thread holding M never blocks on the GIL itself. If it already holds
-//     the GIL (PyGILState_Check) it calls gc.collect directly. Otherwise it
-//     hands the collection to our helper thread (which takes the GIL with
-//     PyGILState_Ensure and holds nothing else of ours) and waits, bounded.
-//     It stops waiting — the collection still runs later on the helper — when
-//     (a) a thread that holds the GIL has stayed inside one of our entry
-//     points for over a millisecond (it may be waiting for M: the helper
-//     cannot get the GIL before it leaves), (b) the thread serving the
-//     request (the helper, or the main thread in a pending call) is itself
-//     inside an entry point (a finalizer of its collection allocates and may
-//     wait for M), (c) Python is shutting down, or (d) gil_wait seconds
-//     passed.
-//  2. A thread that holds the GIL and enters one of our entry points (alloc,
-//     collect, hints, trim) while any collection request is in flight lets
-//     the GIL go (PyEval_SaveThread) for the duration of the call, so that
-//     the collecting thread (or the helper) can take it. g_gil_holders and
-//     g_requests form a Dekker pair (sequentially consistent): either the
-//     entering thread sees the request and lets the GIL go, or the requester
-//     sees the entering thread and stops waiting under rule 1(a).
-//  3. A direct collector (GIL + M) loses the GIL whenever finalizers run
-//     Python code; a thread that takes it and then allocates meets rule 2 and
-//     gives it back before it can wait for M.
-//  4. Frees never take M: they take the pool lock only, and no thread holds
-//     the pool lock across a collection or a GIL wait (Note [Locks and
-//     collections] in core/src/allocator.cpp). So every __del__ a collection
-//     runs completes.
-//  5. No nested collection: a request from a thread already inside one
-//     (ours: t_in_request; CPython's, seen through gc.callbacks: t_py_gc_depth)
-//     does nothing (CPython's gc.collect would return 0 there anyway).
-// Every wait is then either bounded or made by a thread that holds nothing
-// the others wait for (the helper waiting for the GIL). The price: a request
-// given up under rule 1 looks to the policy like a collection that reclaimed
-// little; the memory comes back moments later, when the helper runs it. Stats
-// count each case ("abandoned_*").
-//
-// Why a helper thread and not PyGILState_Ensure on the allocating thread: the
-// GIL has no timed acquire, so a blocked PyGILState_Ensure could never give
-// up under rule 1 (the GIL holder may wait for M, or for a PyTorch mutex the
-// allocating thread holds); and in a finalizing interpreter PyGILState_Ensure
-// terminates (3.12) or hangs (3.14) the calling thread: only our helper ever
-// runs that risk, never an autograd thread. The alternative handoff,
-// Py_AddPendingCall (set_option("handoff", "pending")), runs the collection on
-// the main thread at its next safe point; it cannot help while the main
-// thread itself waits (for us, or in backward() for autograd's threads), so
-// waits for it give up at once when the requester is the main thread.
-//
-// Note [Finalization]
-// Python code runs only while python_alive(): gcp_torch_python_shutdown()
-// (registered with atexit by gcpressure_torch.py) has not been called,
-// Py_IsInitialized() and not Py_IsFinalizing(). Afterwards allocations and
-// frees still work (tensors die during finalization and at exit) but no
-// collection runs. Everything global is leaked on purpose: PyTorch frees
-// tensors from static destructors after ours would have run.
+// This file: the settings, one allocator + policy per device, the stats and
+// the exported entry points. The CPython side is torch_python.cpp (Note [GIL
+// and the collection lock], Note [Finalization]); CUDA graph capture is
+// torch_graphs.cpp (Note [Graph capture]).
 //
 // Note [Out of memory]
 // CUDAPluggableAllocator does not check the pointer our alloc returns, so
@@ -91,22 +32,11 @@
 // Python RuntimeError, as its own allocator's OutOfMemoryError (a
 // RuntimeError) would be. oom=null returns NULL instead (ctypes callers: a C++
 // exception cannot cross ctypes).
-#define Py_LIMITED_API 0x030B0000
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-
-#include <dlfcn.h>
-#include <pthread.h>
-#include <signal.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -126,6 +56,7 @@
 #include "gcpressure/policy.hpp"
 #include "torch_graphs.hpp"
 #include "torch_profile.hpp"
+#include "torch_shim.hpp"
 
 #define GCP_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -135,26 +66,9 @@ using namespace gcpressure;
 using gcp_torch::graph_memory;
 using gcp_torch::prof_scope;
 using gcp_torch::prof_site;
-using clock_type = std::chrono::steady_clock;
-
-double seconds_since(clock_type::time_point t) {
-  return std::chrono::duration<double>(clock_type::now() - t).count();
-}
+using namespace gcp_torch;
 
 constexpr int k_max_devices = 64;
-
-// --- settings -------------------------------------------------------------------
-
-struct settings {
-  config cfg;                 // backend, limits, policy, budget, host capacity (GCPRESSURE_* first)
-  double gil_wait = 1.0;      // longest wait for a handed-off collection (seconds)
-  double holder_grace = 0.001;  // rule 1(a): how long a GIL holder may sit in an entry point
-  int minor_generation = -1;  // -1: auto (0, and 1 every gen1_every-th minor); 0 or 1: always
-  int gen1_every = 4;
-  bool pending_handoff = false;  // Py_AddPendingCall instead of the helper thread
-  bool oom_null = false;         // Note [Out of memory]
-  bool capture_check = true;     // Note [Graph capture]: ask every allocation's stream
-};
 
 struct device_slot {
   std::unique_ptr<device_allocator> alloc;
@@ -164,14 +78,12 @@ struct device_slot {
   bool capture_check = true;
 };
 
-class py_collector;
-
 struct globals {
   std::mutex mu;  // settings and device creation; never held while waiting for the GIL
   settings s;
   bool configured = false;
   std::array<std::atomic<device_slot*>, k_max_devices> devices{};
-  py_collector* collector = nullptr;
+  gcpressure::collector* collector = nullptr;  // CPython's (torch_python.cpp), made with the first device
 };
 
 globals& G() {
@@ -181,530 +93,18 @@ globals& G() {
 
 thread_local std::string t_error;
 
-int fail(const std::string& msg) {
+}  // namespace
+
+int gcp_torch::fail(const std::string& msg) {
   t_error = msg;
   return -1;
 }
 
-// --- Python liveness and GIL state ----------------------------------------------
+const std::string& gcp_torch::last_error() noexcept { return t_error; }
 
-using int_fn = int (*)();
-std::atomic<int_fn> g_gil_check{nullptr};
-std::atomic<int_fn> g_is_finalizing{nullptr};
-std::atomic<bool> g_py_shutdown{false};
-std::atomic<bool> g_attached{false};
-std::atomic<bool> g_symbols{false};
+namespace {
 
-void resolve_symbols() {
-  if (g_symbols.load(std::memory_order_acquire)) return;
-  auto gil = reinterpret_cast<int_fn>(dlsym(RTLD_DEFAULT, "PyGILState_Check"));
-  auto fin = reinterpret_cast<int_fn>(dlsym(RTLD_DEFAULT, "Py_IsFinalizing"));
-  if (!fin) fin = reinterpret_cast<int_fn>(dlsym(RTLD_DEFAULT, "_Py_IsFinalizing"));
-  g_gil_check.store(gil);
-  g_is_finalizing.store(fin);
-  g_symbols.store(true, std::memory_order_release);
-}
-
-// Note [Finalization]. Callable without the GIL.
-bool python_alive() noexcept {
-  if (g_py_shutdown.load(std::memory_order_acquire)) return false;
-  resolve_symbols();
-  if (!g_gil_check.load(std::memory_order_relaxed)) return false;  // cannot tell who holds the GIL
-  if (!Py_IsInitialized()) return false;
-  auto fin = g_is_finalizing.load(std::memory_order_relaxed);
-  return !(fin && fin());
-}
-
-// Only meaningful while python_alive().
-bool holds_gil() noexcept {
-  auto f = g_gil_check.load(std::memory_order_relaxed);
-  return f && f() == 1;
-}
-
-// --- threads, counters ---------------------------------------------------------
-
-thread_local int t_in_request = 0;    // inside our collector (direct, waiting, or the helper's batch)
-thread_local int t_py_gc_depth = 0;   // inside a CPython collection (gc.callbacks)
-thread_local std::uint64_t t_py_gc_starts = 0;
-thread_local clock_type::time_point t_py_gc_t0;
-thread_local bool t_is_helper = false;
-thread_local int t_running_batch = 0;  // serving handed-off requests (helper or pending call)
-
-std::atomic<int> g_requests{0};      // collection requests in flight (rule 2)
-std::atomic<int> g_gil_holders{0};   // threads in an entry point still holding the GIL (rule 1a)
-std::atomic<int> g_runner_in_entry{0};  // a thread serving handed-off requests is in an entry point
-std::atomic<int> g_py_gc_in_entry{0};  // threads in an entry point from inside a CPython collection
-std::atomic<std::uint64_t> g_main_thread{0};
 std::atomic<std::uint64_t> g_alloc_entries{0};  // allocation attempts, all threads
-
-std::uint64_t self_id() noexcept { return static_cast<std::uint64_t>(pthread_self()); }
-
-struct counters {
-  std::atomic<std::uint64_t> alloc_calls{0}, free_calls{0}, zero_size{0}, ooms{0}, oom_retries{0}, errors{0};
-  std::atomic<std::uint64_t> entries_with_gil{0}, gil_released{0};
-  std::atomic<std::uint64_t> requested_minor{0}, requested_full{0};
-  std::array<std::atomic<std::uint64_t>, 3> requested_gen{};
-  std::atomic<std::uint64_t> direct{0}, handed_off{0}, pending_calls{0}, helper_batches{0};
-  std::atomic<std::uint64_t> skipped_nested{0}, skipped_no_python{0}, skipped_busy{0};
-  std::atomic<std::uint64_t> waits_other_collection{0};
-  std::atomic<std::uint64_t> abandoned_gil_holder{0}, abandoned_helper_busy{0}, abandoned_timeout{0},
-      abandoned_no_python{0}, abandoned_main_thread{0};
-  std::array<std::atomic<std::uint64_t>, 3> python_collections{};  // every CPython collection (gc.callbacks)
-  std::atomic<std::uint64_t> python_ns{0};      // time in every CPython collection
-  std::atomic<std::uint64_t> requested_ns{0};   // time our requests took (waits included)
-  std::atomic<std::uint64_t> unreachable{0};    // gc.collect's results
-  std::atomic<std::uint64_t> callback_errors{0};
-};
-counters& C() {
-  static counters* c = new counters();
-  return *c;
-}
-
-void add_ns(std::atomic<std::uint64_t>& a, double seconds) {
-  a.fetch_add(static_cast<std::uint64_t>(seconds * 1e9), std::memory_order_relaxed);
-}
-
-// --- the CPython side (GIL held) -------------------------------------------------
-
-PyObject* g_gc_collect = nullptr;  // gc.collect, a new reference kept forever (GIL to touch)
-PyObject* g_gc_callbacks = nullptr;  // gc.callbacks (the list), kept forever
-PyObject* g_hook_fn = nullptr;     // our entry in it
-bool g_hook_installed = false;     // (GIL)
-
-// gc.callbacks entry: counts and times every CPython collection and tells a
-// requester whether its gc.collect() really ran (Note [A collection already
-// running] in examples/runtimes/python/gcpressure_py/collector.py).
-PyObject* on_gc(PyObject*, PyObject* args) {
-  PyObject* phase = PyTuple_GetItem(args, 0);
-  PyObject* info = PyTuple_GetItem(args, 1);
-  if (!phase || !info) {
-    PyErr_Clear();
-    Py_RETURN_NONE;
-  }
-  if (PyUnicode_CompareWithASCIIString(phase, "start") == 0) {
-    if (t_py_gc_depth++ == 0) t_py_gc_t0 = clock_type::now();
-    ++t_py_gc_starts;
-  } else if (t_py_gc_depth > 0) {
-    if (--t_py_gc_depth == 0) add_ns(C().python_ns, seconds_since(t_py_gc_t0));
-    long gen = 2;
-    if (PyObject* g = PyDict_GetItemString(info, "generation")) gen = PyLong_AsLong(g);
-    if (PyErr_Occurred()) PyErr_Clear();
-    if (gen >= 0 && gen < 3) C().python_collections[static_cast<std::size_t>(gen)].fetch_add(1);
-  }
-  Py_RETURN_NONE;
-}
-
-PyMethodDef g_on_gc_def = {"gcpressure_torch_on_gc", on_gc, METH_VARARGS,
-                           "gcpressure_torch: counts CPython collections"};
-
-// GIL held. Imports gc.collect once; installs the gc.callbacks entry once.
-bool ensure_gc_objects() {
-  if (g_gc_collect) return true;
-  PyObject* gc = PyImport_ImportModule("gc");
-  if (!gc) {
-    PyErr_Clear();
-    return false;
-  }
-  PyObject* collect = PyObject_GetAttrString(gc, "collect");
-  if (!collect) {
-    PyErr_Clear();
-    Py_DECREF(gc);
-    return false;
-  }
-  if (!g_hook_installed) {
-    PyObject* cbs = PyObject_GetAttrString(gc, "callbacks");
-    PyObject* fn = PyCFunction_NewEx(&g_on_gc_def, nullptr, nullptr);
-    if (cbs && fn && PyList_Append(cbs, fn) == 0) {
-      g_hook_installed = true;
-      g_gc_callbacks = cbs;  // both kept
-      g_hook_fn = fn;
-    } else {
-      Py_XDECREF(fn);
-      Py_XDECREF(cbs);
-    }
-    if (PyErr_Occurred()) PyErr_Clear();
-  }
-  Py_DECREF(gc);
-  g_gc_collect = collect;
-  return true;
-}
-
-// GIL held. Runs gc.collect(gen) for real: if another thread's collection is
-// running (its finalizers let the GIL go), gc.collect returns 0 at once
-// without collecting. A thread serving handed-off requests (may_wait: it
-// holds no M) then lets that collection finish (GIL released while sleeping)
-// and tries again, within gil_wait. A direct collector holds M and must not
-// wait for the GIL (rule 1; found by test_cpu_ctypes --del-allocates: the
-// other collection's finalizer held the GIL while waiting for M): it gives
-// up at once — the running collection frees the garbage anyway. Returns
-// false if it never ran.
-bool collect_with_gil(int gen, double gil_wait, double grace, bool may_wait) {
-  if (!ensure_gc_objects()) {
-    C().callback_errors.fetch_add(1);
-    return false;
-  }
-  const auto deadline = clock_type::now() + std::chrono::duration<double>(gil_wait);
-  clock_type::time_point in_entry_since{};
-  for (;;) {
-    const std::uint64_t before = t_py_gc_starts;
-    PyObject* arg = PyLong_FromLong(gen);
-    PyObject* r = arg ? PyObject_CallFunctionObjArgs(g_gc_collect, arg, nullptr) : nullptr;
-    Py_XDECREF(arg);
-    Py_ssize_t n = 0;
-    if (r) {
-      n = PyLong_AsSsize_t(r);
-      if (n > 0) C().unreachable.fetch_add(static_cast<std::uint64_t>(n));
-      Py_DECREF(r);
-    }
-    if (PyErr_Occurred()) {
-      C().callback_errors.fetch_add(1);
-      if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
-        PyErr_Clear();
-        PyErr_SetInterrupt();  // delivered again at the main thread's next check
-      } else {
-        PyErr_WriteUnraisable(g_gc_collect);
-      }
-    }
-    if (!g_hook_installed || t_py_gc_starts != before || n > 0) return true;
-    // Nothing seen: another thread's collection is running — or someone
-    // removed our gc.callbacks entry (then we cannot tell; assume it ran).
-    if (PySequence_Contains(g_gc_callbacks, g_hook_fn) != 1) {
-      if (PyErr_Occurred()) PyErr_Clear();
-      g_hook_installed = false;
-      return true;
-    }
-    // Give up when out of time, or when the running collection's finalizer
-    // has sat in one of our entry points for over `grace` (it may be waiting
-    // for the lock we hold).
-    const auto now = clock_type::now();
-    bool stuck = false;
-    if (g_py_gc_in_entry.load() > 0) {
-      if (in_entry_since == clock_type::time_point{}) in_entry_since = now;
-      stuck = std::chrono::duration<double>(now - in_entry_since).count() >= grace;
-    } else {
-      in_entry_since = {};
-    }
-    if (!may_wait || now > deadline || stuck) {
-      C().skipped_busy.fetch_add(1);
-      return false;
-    }
-    C().waits_other_collection.fetch_add(1);
-    Py_BEGIN_ALLOW_THREADS
-    usleep(200);
-    Py_END_ALLOW_THREADS
-  }
-}
-
-// --- handing a collection to a thread that can take the GIL --------------------
-
-// Collections requested by threads that cannot take the GIL themselves. The
-// helper (or the main thread's pending call) runs the largest generation
-// asked for since its last batch, once, and completes every request made
-// before that batch started.
-struct handoff {
-  std::mutex mu;  // never held while waiting for the GIL or running Python code
-  std::condition_variable cv_req, cv_done;
-  std::uint64_t requested = 0;  // last request's sequence number
-  std::uint64_t done = 0;       // requests up to here have been served
-  int pending_gen = -1;
-  bool pending_call_queued = false;
-  bool helper_started = false;
-  bool helper_failed = false;
-  double gil_wait = 1.0;
-  double grace = 0.001;
-};
-handoff& H() {
-  static handoff* h = new handoff();
-  return *h;
-}
-
-// GIL held. Serves the pending requests (helper or pending call).
-void run_batch() {
-  handoff& h = H();
-  int gen;
-  std::uint64_t upto;
-  double wait, grace;
-  {
-    std::lock_guard<std::mutex> lk(h.mu);
-    gen = h.pending_gen;
-    upto = h.requested;
-    wait = h.gil_wait;
-    grace = h.grace;
-    h.pending_gen = -1;
-    h.pending_call_queued = false;
-  }
-  if (gen >= 0) {
-    ++t_in_request;
-    ++t_running_batch;
-    if (python_alive()) collect_with_gil(gen, wait, grace, true);
-    --t_running_batch;
-    --t_in_request;
-    C().helper_batches.fetch_add(1);
-  }
-  {
-    std::lock_guard<std::mutex> lk(h.mu);
-    h.done = std::max(h.done, upto);
-  }
-  h.cv_done.notify_all();
-}
-
-int pending_call(void*) {
-  // The main thread, with the GIL, at a safe point.
-  run_batch();
-  return 0;
-}
-
-// Note [GIL and the collection lock]: the helper holds nothing of ours while
-// it waits for the GIL. It keeps one thread state for its whole life.
-void* helper_main(void*) {
-  t_is_helper = true;
-  handoff& h = H();
-  PyThreadState* ts = nullptr;
-  for (;;) {
-    {
-      std::unique_lock<std::mutex> lk(h.mu);
-      h.cv_req.wait(lk, [&] { return h.pending_gen >= 0 || g_py_shutdown.load(); });
-      if (h.pending_gen < 0) {  // shutting down with nothing to do: stay parked
-        lk.unlock();
-        std::this_thread::sleep_for(std::chrono::seconds(1));
-        continue;
-      }
-    }
-    if (!python_alive()) {  // complete the requests without collecting
-      std::lock_guard<std::mutex> lk(h.mu);
-      h.pending_gen = -1;
-      h.done = h.requested;
-      h.cv_done.notify_all();
-      continue;
-    }
-    if (!ts) {
-      (void)PyGILState_Ensure();  // creates our thread state; never released
-    } else {
-      PyEval_RestoreThread(ts);
-    }
-    run_batch();
-    ts = PyEval_SaveThread();
-  }
-  return nullptr;
-}
-
-// h.mu held.
-bool start_helper_locked(handoff& h) {
-  if (h.helper_started) return true;
-  if (h.helper_failed) return false;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  // Block every signal in the helper: signals belong to the main thread.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_t t;
-  const int rc = pthread_create(&t, &attr, helper_main, nullptr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  pthread_attr_destroy(&attr);
-  if (rc != 0) {
-    h.helper_failed = true;
-    return false;
-  }
-  h.helper_started = true;
-  return true;
-}
-
-// --- the collector the policy drives ----------------------------------------------
-
-class py_collector final : public collector {
- public:
-  const char* name() const noexcept override { return "cpython"; }
-
-  void collect_minor() override {
-    C().requested_minor.fetch_add(1);
-    request(minor_generation());
-  }
-  bool has_incremental_full() const noexcept override { return false; }
-  void start_full() override {}
-  bool step_full(double) override {
-    collect_full();
-    return true;
-  }
-  bool full_in_progress() const override { return false; }
-  void collect_full() override {
-    C().requested_full.fetch_add(1);
-    request(2);
-  }
-  // CPython runs __del__ and weakref callbacks inside the collection, and
-  // PyTorch's deleter frees the block at once (gcp_torch_free).
-  std::size_t run_finalizers() override { return 0; }
-  collector_counters counters() const override {
-    collector_counters c;
-    for (auto& n : C().python_collections) c.collections += n.load();
-    c.full_collections = C().python_collections[2].load();
-    c.seconds = static_cast<double>(C().python_ns.load()) * 1e-9;
-    return c;
-  }
-
-  void configure(const settings& s) {
-    mode_ = s.minor_generation;
-    every_ = std::max(1, s.gen1_every);
-    gil_wait_ = s.gil_wait;
-    grace_ = s.holder_grace;
-    pending_ = s.pending_handoff;
-    std::lock_guard<std::mutex> lk(H().mu);
-    H().gil_wait = s.gil_wait;
-    H().grace = s.holder_grace;
-  }
-
- private:
-  // Minor: gc.collect(0), and gc.collect(1) every every_-th time. A minor
-  // collection promotes what is alive then (typically the object about to
-  // receive the next tensor) to generation 1, where gc.collect(0) never looks
-  // again: the periodic gc.collect(1) frees it once it is garbage, and only
-  // what is alive at those collections reaches generation 2 (the whole-heap
-  // collection's, ~80 ms in a process that imported torch).
-  int minor_generation() {
-    if (mode_ >= 0) return mode_;
-    return (++minors_ % static_cast<std::uint64_t>(every_)) == 0 ? 1 : 0;
-  }
-
-  // Note [GIL and the collection lock]
-  void request(int gen) {
-    C().requested_gen[static_cast<std::size_t>(gen)].fetch_add(1);
-    if (t_in_request || t_py_gc_depth > 0) {  // rule 5
-      C().skipped_nested.fetch_add(1);
-      return;
-    }
-    if (!python_alive()) {
-      C().skipped_no_python.fetch_add(1);
-      return;
-    }
-    const auto t0 = clock_type::now();
-    ++t_in_request;
-    g_requests.fetch_add(1, std::memory_order_seq_cst);
-    if (holds_gil()) {
-      C().direct.fetch_add(1);
-      collect_with_gil(gen, gil_wait_, grace_, false);
-    } else {
-      hand_off(gen);
-    }
-    g_requests.fetch_sub(1, std::memory_order_seq_cst);
-    --t_in_request;
-    add_ns(C().requested_ns, seconds_since(t0));
-  }
-
-  void hand_off(int gen) {
-    handoff& h = H();
-    std::unique_lock<std::mutex> lk(h.mu);
-    const std::uint64_t seq = ++h.requested;
-    h.pending_gen = std::max(h.pending_gen, gen);
-    bool pending = pending_ || !start_helper_locked(h);
-    if (pending) {
-      if (!h.pending_call_queued) {
-        if (Py_AddPendingCall(pending_call, nullptr) != 0) {
-          C().abandoned_timeout.fetch_add(1);
-          return;  // the queue is full; the request stays for the next batch
-        }
-        h.pending_call_queued = true;
-        C().pending_calls.fetch_add(1);
-      }
-      // The main thread runs it at its next safe point; it cannot while it
-      // is this thread.
-      if (g_main_thread.load() == self_id()) {
-        C().abandoned_main_thread.fetch_add(1);
-        return;
-      }
-    } else {
-      h.cv_req.notify_one();
-    }
-    C().handed_off.fetch_add(1);
-    const auto deadline = clock_type::now() + std::chrono::duration<double>(gil_wait_);
-    clock_type::time_point holder_since{}, runner_since{};
-    while (h.done < seq) {
-      h.cv_done.wait_for(lk, std::chrono::microseconds(250));
-      if (h.done >= seq) break;
-      const auto now = clock_type::now();
-      if (g_gil_holders.load(std::memory_order_seq_cst) > 0) {  // rule 1(a)
-        if (holder_since == clock_type::time_point{}) holder_since = now;
-        if (std::chrono::duration<double>(now - holder_since).count() >= grace_) {
-          C().abandoned_gil_holder.fetch_add(1);
-          return;
-        }
-      } else {
-        holder_since = {};
-      }
-      if (g_runner_in_entry.load() > 0) {  // rule 1(b), after the grace (an
-        // immediate give-up, tried, made collections under finalizers that
-        // allocate ineffective: 5-15% of allocations failed instead of 0-3%)
-        if (runner_since == clock_type::time_point{}) runner_since = now;
-        if (std::chrono::duration<double>(now - runner_since).count() >= grace_) {
-          C().abandoned_helper_busy.fetch_add(1);
-          return;
-        }
-      } else {
-        runner_since = {};
-      }
-      if (!python_alive()) {  // rule 1(c)
-        C().abandoned_no_python.fetch_add(1);
-        return;
-      }
-      if (now > deadline) {  // rule 1(d)
-        C().abandoned_timeout.fetch_add(1);
-        return;
-      }
-    }
-  }
-
-  int mode_ = -1;
-  int every_ = 4;
-  double gil_wait_ = 1.0;
-  double grace_ = 0.001;
-  bool pending_ = false;
-  std::atomic<std::uint64_t> minors_{0};
-};
-
-// --- entry points' GIL discipline (rule 2) ------------------------------------------
-
-class entry_guard {
- public:
-  entry_guard() {
-    if (t_running_batch) {
-      g_runner_in_entry.fetch_add(1);
-      runner_ = true;
-    }
-    if (t_py_gc_depth > 0) {
-      g_py_gc_in_entry.fetch_add(1);
-      in_gc_ = true;
-    }
-    // Inside a collection we run: a direct collector's finalizer holds M
-    // (recursive) and its hook does not run nested, so it never waits for M;
-    // the helper's (or pending call's) finalizer may wait for M, whose holder
-    // then stops waiting for it under rule 1(b). Either way the GIL stays:
-    // letting it go mid-collection would let every other thread in.
-    if (t_in_request || !python_alive() || !holds_gil()) return;
-    C().entries_with_gil.fetch_add(1, std::memory_order_relaxed);
-    g_gil_holders.fetch_add(1, std::memory_order_seq_cst);
-    counted_ = true;
-    if (g_requests.load(std::memory_order_seq_cst) > 0) release();
-  }
-  ~entry_guard() {
-    if (counted_) g_gil_holders.fetch_sub(1, std::memory_order_seq_cst);
-    if (saved_) PyEval_RestoreThread(saved_);
-    if (in_gc_) g_py_gc_in_entry.fetch_sub(1);
-    if (runner_) g_runner_in_entry.fetch_sub(1);
-  }
-  entry_guard(const entry_guard&) = delete;
-  entry_guard& operator=(const entry_guard&) = delete;
-
- private:
-  void release() {
-    saved_ = PyEval_SaveThread();
-    g_gil_holders.fetch_sub(1, std::memory_order_seq_cst);
-    counted_ = false;
-    C().gil_released.fetch_add(1, std::memory_order_relaxed);
-  }
-  PyThreadState* saved_ = nullptr;
-  bool counted_ = false, runner_ = false, in_gc_ = false;
-};
-
 // --- devices ------------------------------------------------------------------------
 
 void ensure_configured_locked(globals& g) {
@@ -715,10 +115,10 @@ void ensure_configured_locked(globals& g) {
   g.configured = true;
 }
 
-py_collector& collector_locked(globals& g) {
+collector& collector_locked(globals& g) {
   if (!g.collector) {
-    g.collector = new py_collector();  // leaked: Note [Finalization]
-    g.collector->configure(g.s);
+    g.collector = &python_collector();
+    configure_python_collector(g.s);
   }
   return *g.collector;
 }
@@ -810,7 +210,7 @@ std::string stats_json() {
      << "],\"python_gc_seconds\":" << static_cast<double>(u(c.python_ns)) * 1e-9
      << ",\"requested_seconds\":" << static_cast<double>(u(c.requested_ns)) * 1e-9
      << ",\"unreachable\":" << u(c.unreachable) << ",\"callback_errors\":" << u(c.callback_errors)
-     << ",\"hook_installed\":" << (g_hook_installed ? "true" : "false") << "},";
+     << ",\"hook_installed\":" << (gc_hook_installed() ? "true" : "false") << "},";
   os << "\"profile\":" << gcp_torch::P().json() << ",\"graphs\":[";
   for (int d = 0, n = 0; d < k_max_devices; ++d) {
     device_slot* sl = existing(d);
@@ -959,7 +359,7 @@ GCP_EXPORT int gcp_torch_init(const char* backend, const char* soft_limit, const
     if ((s.cfg.backend == backend_choice::cuda || s.cfg.backend == backend_choice::cuda_async) && !cuda_available())
       return fail("gcp_torch_init: a CUDA backend was asked for, but no CUDA device is usable");
     g.s = s;
-    if (g.collector) g.collector->configure(g.s);
+    if (g.collector) configure_python_collector(g.s);
     return 0;
   });
 }
@@ -1020,7 +420,7 @@ GCP_EXPORT int gcp_torch_set_option(const char* key, const char* value) {
     } else {
       return fail("gcp_torch_set_option: unknown option '" + k + "'");
     }
-    if (g.collector) g.collector->configure(g.s);
+    if (g.collector) configure_python_collector(g.s);
     return 0;
   });
 }
@@ -1031,8 +431,7 @@ GCP_EXPORT int gcp_torch_set_option(const char* key, const char* value) {
 // first collection does the same lazily — but it makes stats complete from
 // the start. Returns 0 or -1.
 GCP_EXPORT int gcp_torch_attach_python(int is_main_thread) {
-  resolve_symbols();
-  if (!g_gil_check.load()) return fail("gcp_torch_attach_python: PyGILState_Check not found in this process");
+  if (!gil_check_available()) return fail("gcp_torch_attach_python: PyGILState_Check not found in this process");
   if (!python_alive() || !holds_gil()) return fail("gcp_torch_attach_python: call it with the GIL held (ctypes.PyDLL)");
   if (is_main_thread) g_main_thread.store(self_id());
   if (!ensure_gc_objects()) return fail("gcp_torch_attach_python: cannot import gc.collect");
@@ -1041,24 +440,12 @@ GCP_EXPORT int gcp_torch_attach_python(int is_main_thread) {
     ensure_configured_locked(G());
     collector_locked(G());
   }
-  {
-    std::lock_guard<std::mutex> lk(H().mu);
-    start_helper_locked(H());
-  }
-  g_attached.store(true);
+  start_helper();
   return 0;
 }
 
 // atexit: no Python code from here on (Note [Finalization]). Waiters give up.
-GCP_EXPORT void gcp_torch_python_shutdown(void) {
-  g_py_shutdown.store(true, std::memory_order_release);
-  handoff& h = H();
-  {
-    std::lock_guard<std::mutex> lk(h.mu);
-  }
-  h.cv_req.notify_all();
-  h.cv_done.notify_all();
-}
+GCP_EXPORT void gcp_torch_python_shutdown(void) { python_shutdown(); }
 
 // A collection asked for by the user (policy reason "user"): minor (0) or
 // whole heap (1). Any thread; the GIL may be held.

@@ -28,7 +28,7 @@ directory), this package's folder (where `pip install ./examples/torch` puts
 it), or this checkout's newest build*/examples/torch/libgcpressure_torch.so.
 
 Threads and the GIL: see Note [GIL and the collection lock] in
-gcpressure_torch.cpp. Calls that may collect (collect, iteration, quiet_moment,
+torch_python.cpp. Calls that may collect (collect, iteration, quiet_moment,
 trim) go through ctypes.CDLL, which releases the GIL; attach and shutdown go
 through ctypes.PyDLL (they need it); stats, usage, limits never collect.
 """

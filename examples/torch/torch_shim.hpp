@@ -1,0 +1,101 @@
+// torch_shim.hpp — what the parts of libgcpressure_torch.so share (internal):
+// the settings, the entry-point counters, the thread's last error, and the
+// CPython side's interface (torch_python.cpp: the collector the policies
+// drive, the GIL discipline of the entry points, Python's liveness).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "gcpressure/collector.hpp"
+#include "gcpressure/config.hpp"
+
+namespace gcp_torch {
+
+using clock_type = std::chrono::steady_clock;
+
+inline double seconds_since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+struct settings {
+  gcpressure::config cfg;     // backend, limits, policy, budget, host capacity (GCPRESSURE_* first)
+  double gil_wait = 1.0;      // longest wait for a handed-off collection (seconds)
+  double holder_grace = 0.001;  // rule 1(a): how long a GIL holder may sit in an entry point
+  int minor_generation = -1;  // -1: auto (0, and 1 every gen1_every-th minor); 0 or 1: always
+  int gen1_every = 4;
+  bool pending_handoff = false;  // Py_AddPendingCall instead of the helper thread
+  bool oom_null = false;         // Note [Out of memory]
+  bool capture_check = true;     // Note [Graph capture]: ask every allocation's stream
+};
+
+struct counters {
+  std::atomic<std::uint64_t> alloc_calls{0}, free_calls{0}, zero_size{0}, ooms{0}, oom_retries{0}, errors{0};
+  std::atomic<std::uint64_t> entries_with_gil{0}, gil_released{0};
+  std::atomic<std::uint64_t> requested_minor{0}, requested_full{0};
+  std::array<std::atomic<std::uint64_t>, 3> requested_gen{};
+  std::atomic<std::uint64_t> direct{0}, handed_off{0}, pending_calls{0}, helper_batches{0};
+  std::atomic<std::uint64_t> skipped_nested{0}, skipped_no_python{0}, skipped_busy{0};
+  std::atomic<std::uint64_t> waits_other_collection{0};
+  std::atomic<std::uint64_t> abandoned_gil_holder{0}, abandoned_helper_busy{0}, abandoned_timeout{0},
+      abandoned_no_python{0}, abandoned_main_thread{0};
+  std::array<std::atomic<std::uint64_t>, 3> python_collections{};  // every CPython collection (gc.callbacks)
+  std::atomic<std::uint64_t> python_ns{0};      // time in every CPython collection
+  std::atomic<std::uint64_t> requested_ns{0};   // time our requests took (waits included)
+  std::atomic<std::uint64_t> unreachable{0};    // gc.collect's results
+  std::atomic<std::uint64_t> callback_errors{0};
+};
+inline counters& C() {
+  static counters* c = new counters();  // leaked: Note [Finalization]
+  return *c;
+}
+inline void add_ns(std::atomic<std::uint64_t>& a, double seconds) {
+  a.fetch_add(static_cast<std::uint64_t>(seconds * 1e9), std::memory_order_relaxed);
+}
+
+// The calling thread's last error (gcp_torch_last_error); fail() sets it and
+// returns -1. Any thread.
+int fail(const std::string& msg);
+const std::string& last_error() noexcept;
+
+// --- torch_python.cpp: the CPython side (Note [GIL and the collection lock]) ---
+
+extern std::atomic<std::uint64_t> g_main_thread;  // the thread that attached as main (pending calls)
+std::uint64_t self_id() noexcept;
+// Note [Finalization]. Callable without the GIL.
+bool python_alive() noexcept;
+// Only meaningful while python_alive().
+bool holds_gil() noexcept;
+// PyGILState_Check was found in this process.
+bool gil_check_available() noexcept;
+// GIL held: imports gc.collect, adds our gc.callbacks entry (once).
+bool ensure_gc_objects();
+bool gc_hook_installed() noexcept;
+// Starts the helper thread (once). Any thread.
+bool start_helper();
+// atexit: no Python code from here on; waiters give up.
+void python_shutdown() noexcept;
+// The collector every device's policy drives (made once, leaked), and its
+// settings (gil_wait, handoff, minor generation).
+gcpressure::collector& python_collector();
+void configure_python_collector(const settings& s);
+
+// Rule 2 of Note [GIL and the collection lock]: an entry point's GIL
+// bookkeeping for the duration of the call (a stack object).
+class entry_guard {
+ public:
+  entry_guard();
+  ~entry_guard();
+  entry_guard(const entry_guard&) = delete;
+  entry_guard& operator=(const entry_guard&) = delete;
+
+ private:
+  void release();
+  void* saved_ = nullptr;  // PyThreadState* while the GIL is let go
+  bool counted_ = false, runner_ = false, in_gc_ = false;
+};
+
+}  // namespace gcp_torch
