@@ -44,6 +44,8 @@ cmake --build build/tsan -j"$jobs"
 export TSAN_OPTIONS="suppressions=$PWD/tests/reliability/tsan.supp:halt_on_error=0:second_deadlock_stack=1"
 ctest --test-dir build/tsan --output-on-failure -j"$jobs" -LE 'boehm|c_api'
 
+echo "=== Install into a temporary prefix; README blocks, find_package, pkg-config, Lua, Guile" && bash scripts/check-install.sh
+
 echo "=== libFuzzer: the C API under ASan/UBSan (clang), 60 s"
 probe=$(mktemp -d)
 printf 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }\n' >"$probe/p.cpp"
