@@ -91,6 +91,8 @@ step cycle_loop 1200 "$PY" "$T/test_cycle_loop.py" --lib "$LIB" "${QARG[@]}"
 step training 1800 "$PY" "$T/test_training.py" --lib "$LIB" "${QARG[@]}"
 step threads_torch 1200 "$PY" "$T/test_threads_torch.py" --lib "$LIB" "${QARG[@]}"
 
+# Issue 11: the wrapped torch.cuda.synchronize reaches the policy, slack measured.
+step sync 300 "$PY" "$T/test_sync.py" --lib "$LIB" "${QARG[@]}"
 # Issue 14: CUDA graph capture + replay and torch.compile(mode="reduce-overhead")
 # against PyTorch's allocator; the ~1 ms compiled step and its profile.
 step graphs 600 "$PY" "$T/test_graphs.py" --lib "$LIB"
@@ -104,7 +106,7 @@ fi
   echo
   printf '%s\n' "${rows[@]}"
   echo
-  for f in cycle_loop training threads_torch graphs small_step; do
+  for f in cycle_loop training threads_torch sync graphs small_step; do
     echo "--- $f summary"
     grep '"summary": true' "$OUT/$f.jsonl" 2>/dev/null | tail -n 1
   done
