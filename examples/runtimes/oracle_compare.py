@@ -87,15 +87,16 @@ def main() -> int:
 
     po, lo_o, hi_o = med(oracle_runs, "peak_reserved_bytes")
     pp, lo_p, hi_p = med(policy_runs, "peak_reserved_bytes")
-    to, _, _ = med(oracle_runs, "time_per_iter")
-    tp, _, _ = med(policy_runs, "time_per_iter")
+    to, lo_to, hi_to = med(oracle_runs, "time_per_iter")
+    tp, lo_tp, hi_tp = med(policy_runs, "time_per_iter")
     out = {
         "runtime": policy_runs[0].get("runtime"), "policy": policy, "workload": policy_runs[0].get("workload", "steady"),
         "reps": a.reps, "hard_limit": hard_limit(policy_runs[0]),
         "oracle_peak_reserved_bytes": po, "oracle_peak_spread": [lo_o, hi_o],
         "peak_reserved_bytes": pp, "peak_spread": [lo_p, hi_p],
         "peak_ratio_to_oracle": pp / po if po else None,
-        "oracle_time_per_iter": to, "time_per_iter": tp, "time_ratio_to_oracle": tp / to if to else None,
+        "oracle_time_per_iter": to, "oracle_time_spread": [lo_to, hi_to],
+        "time_per_iter": tp, "time_spread": [lo_tp, hi_tp], "time_ratio_to_oracle": tp / to if to else None,
         "ooms": sum(r["ooms"] for r in policy_runs), "oracle_ooms": sum(r["ooms"] for r in oracle_runs),
     }
     if a.max_peak_ratio and out["peak_ratio_to_oracle"] and out["peak_ratio_to_oracle"] > a.max_peak_ratio:
