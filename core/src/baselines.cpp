@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cstdint>
 #include <limits>
+#include <string>
 
 #include "gcpressure/error.hpp"
 #include "gcpressure/policy.hpp"
@@ -426,8 +427,9 @@ std::unique_ptr<gc_policy> make_policy(const std::string& name, device_allocator
   if (name == "cudajl") return std::make_unique<cudajl_policy>(a, c, o);
   if (name == "dotnet") return std::make_unique<dotnet_policy>(a, c, o);
   if (name == "explicit_free") return std::make_unique<explicit_free_policy>(a, c, o);
-  GCPRESSURE_FAIL("unknown policy '" + name +
-                  "' (expected pressure, at_limit, every_iteration, cudajl, dotnet or explicit_free)");
+  std::string known;
+  for (const char* const* n = k_names; *n; ++n) known += std::string(known.empty() ? "" : n[1] ? ", " : " or ") + *n;
+  GCPRESSURE_FAIL("unknown policy '" + name + "' (expected " + known + ")");
 }
 
 }  // namespace gcpressure
