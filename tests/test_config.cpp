@@ -3,8 +3,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "gcpressure/allocator.hpp"
 #include "gcpressure/config.hpp"
@@ -325,6 +329,39 @@ TEST(OptionsTable, ListsEveryVariable) {
   }
   for (const auto& var : gcp_test::gcpressure_env_vars())
     EXPECT_TRUE(names.count(var)) << var << " missing from options_table()";
+}
+
+// The README's configuration table documents exactly this table: the same
+// variables with the same defaults.
+TEST(OptionsTable, MatchesTheReadme) {
+  const std::string here = __FILE__;
+  const std::size_t cut = here.rfind("tests/test_config.cpp");
+  if (cut == std::string::npos || here.front() != '/') GTEST_SKIP() << "source path unknown: " << here;
+  std::ifstream readme(here.substr(0, cut) + "README.md");
+  if (!readme) GTEST_SKIP() << "README.md not next to the sources";
+  std::map<std::string, std::string> documented;  // variable -> default, backticks removed
+  bool in_section = false;  // rows of the "## Configuration" section only
+  for (std::string line; std::getline(readme, line);) {
+    if (line.rfind("## ", 0) == 0) in_section = line == "## Configuration";
+    if (!in_section || line.rfind("| `GCPRESSURE_", 0) != 0) continue;
+    std::vector<std::string> cells;
+    std::stringstream row(line.substr(1));
+    for (std::string cell; std::getline(row, cell, '|');) {
+      std::string clean;
+      for (char ch : cell)
+        if (ch != '`') clean += ch;
+      const std::size_t b = clean.find_first_not_of(' '), e = clean.find_last_not_of(' ');
+      cells.push_back(b == std::string::npos ? "" : clean.substr(b, e - b + 1));
+    }
+    ASSERT_GE(cells.size(), 2u) << line;
+    documented[cells[0]] = cells[1];
+  }
+  std::size_t rows = 0;
+  for (const option_info* t = options_table(); t->env; ++t, ++rows) {
+    ASSERT_TRUE(documented.count(t->env)) << t->env << " is missing from README.md's configuration table";
+    EXPECT_EQ(documented[t->env], t->default_value) << t->env << ": README.md and options_table() disagree";
+  }
+  EXPECT_EQ(documented.size(), rows) << "README.md documents a variable options_table() does not have";
 }
 
 // --- allocator_options::from_config ------------------------------------------
