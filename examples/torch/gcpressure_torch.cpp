@@ -67,6 +67,7 @@ using gcp_torch::graph_memory;
 using gcp_torch::prof_scope;
 using gcp_torch::prof_site;
 using namespace gcp_torch;
+using capture_check_mode = settings::capture_check_mode;
 
 constexpr int k_max_devices = 64;
 
@@ -75,7 +76,7 @@ struct device_slot {
   std::unique_ptr<gc_policy> policy;
   std::unique_ptr<gcp_torch::hook_gate> gate;  // the allocator's hook: the policy, off during captures
   std::unique_ptr<graph_memory> graphs;        // Note [Graph capture]
-  bool capture_check = true;
+  capture_check_mode capture_check = capture_check_mode::on;
 };
 
 struct globals {
@@ -85,6 +86,10 @@ struct globals {
   std::array<std::atomic<device_slot*>, k_max_devices> devices{};
   gcpressure::collector* collector = nullptr;  // CPython's (torch_python.cpp), made with the first device
 };
+
+const char* capture_check_name(capture_check_mode m) {
+  return m == capture_check_mode::on ? "on" : m == capture_check_mode::announced ? "announced" : "off";
+}
 
 globals& G() {
   static globals* g = new globals();  // leaked: Note [Finalization]
@@ -192,7 +197,7 @@ std::string stats_json() {
      << ",\"gil_wait\":" << s.gil_wait << ",\"minor_generation\":" << s.minor_generation
      << ",\"gen1_every\":" << s.gen1_every << ",\"handoff\":\"" << (s.pending_handoff ? "pending" : "helper")
      << "\",\"oom\":\"" << (s.oom_null ? "null" : "throw") << "\",\"capture_check\":"
-     << (s.capture_check ? "true" : "false") << "},";
+     << "\"" << capture_check_name(s.capture_check) << "\"},";
   os << "\"entries\":{\"alloc_calls\":" << u(c.alloc_calls) << ",\"free_calls\":" << u(c.free_calls)
      << ",\"zero_size\":" << u(c.zero_size) << ",\"ooms\":" << u(c.ooms) << ",\"oom_retries\":" << u(c.oom_retries) << ",\"errors\":" << u(c.errors)
      << ",\"entries_with_gil\":" << u(c.entries_with_gil) << ",\"gil_released\":" << u(c.gil_released) << "},";
@@ -258,7 +263,9 @@ void* alloc_impl(size_t size, int device, void* stream, bool nothrow) {
   std::string err;
   try {
     device_slot& s = slot(device);
-    if (s.capture_check) {  // Note [Graph capture]: no hook, no GIL, no event
+    if (s.capture_check == capture_check_mode::on ||
+        (s.capture_check == capture_check_mode::announced && graph_memory::active_captures().load() > 0)) {
+      // Note [Graph capture]: no hook, no GIL, no event
       std::uint64_t capture;
       {
         prof_scope t(prof_site::capture_check);
@@ -374,8 +381,10 @@ GCP_EXPORT int gcp_torch_init(const char* backend, const char* soft_limit, const
 //   every_n        the every_iteration policy's N
 //   verbose        "1": one stderr line per collection
 //   capture_check  "on" (default): every allocation asks whether its stream
-//                  is capturing a CUDA graph (Note [Graph capture]); "off"
-//                  saves that call where no graph is ever captured
+//                  is capturing a CUDA graph (Note [Graph capture]);
+//                  "announced": only while a capture announced by the Python
+//                  hooks runs (torch.cuda.graph, torch.compile), saving the
+//                  call otherwise; "off": never (no graph is ever captured)
 GCP_EXPORT int gcp_torch_set_option(const char* key, const char* value) {
   if (!key || !value) return fail("gcp_torch_set_option: null key or value");
   return guarded([&] {
@@ -413,8 +422,10 @@ GCP_EXPORT int gcp_torch_set_option(const char* key, const char* value) {
       g.s.cfg.every_n = std::stoi(v);
       if (g.s.cfg.every_n < 1) return fail("gcp_torch_set_option: every_n must be >= 1");
     } else if (k == "capture_check") {
-      if (v != "on" && v != "off") return fail("gcp_torch_set_option: capture_check must be on or off");
-      g.s.capture_check = v == "on";
+      if (v == "on") g.s.capture_check = capture_check_mode::on;
+      else if (v == "announced") g.s.capture_check = capture_check_mode::announced;
+      else if (v == "off") g.s.capture_check = capture_check_mode::off;
+      else return fail("gcp_torch_set_option: capture_check must be on, announced or off");
     } else if (k == "verbose") {
       g.s.cfg.verbose = v == "1" || v == "true";
     } else {

@@ -29,7 +29,8 @@ struct settings {
   int gen1_every = 4;
   bool pending_handoff = false;  // Py_AddPendingCall instead of the helper thread
   bool oom_null = false;         // Note [Out of memory]
-  bool capture_check = true;     // Note [Graph capture]: ask every allocation's stream
+  // Note [Graph capture]: which allocations ask whether their stream captures.
+  enum class capture_check_mode { off, announced, on } capture_check = capture_check_mode::on;
 };
 
 struct counters {

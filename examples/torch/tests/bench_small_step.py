@@ -8,8 +8,8 @@ gcpressure, torch, gcpressure (drift shows as a spread between the two runs
 of one configuration): 60 warm-up steps (compilation), then 7 rounds of 200
 steps, each round timed between two torch.cuda.synchronize() calls; the
 figure is the median round's ms per step. Then, in more fresh processes:
-  - gcpressure with capture_check=off (the cost of the per-allocation
-    cudaStreamGetCaptureInfo),
+  - gcpressure with capture_check=announced (no per-allocation
+    cudaStreamGetCaptureInfo outside announced captures: its cost),
   - gcpressure with GCP_TORCH_PROFILE=1: the library's own time per call
     (Note [Where the microseconds go]: alloc/free as a whole, the capture
     check, the entry guard, the policy hook, the allocator core), per step;
@@ -59,7 +59,7 @@ def child(cfg: str, a) -> None:
     gcp = None
     if cfg.startswith("gcpressure"):
         import gcpressure_torch as gcp
-        opts = {"capture_check": "off"} if cfg == "gcpressure_nocapture" else {}
+        opts = {"capture_check": "announced"} if cfg == "gcpressure_nocapture" else {}
         gcp.install(hard_limit="16GiB", **opts)
     out = {"cfg": cfg}
     if a.empty_loop:

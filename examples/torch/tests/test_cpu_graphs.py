@@ -15,7 +15,8 @@ a graph block; a second capture into the same pool reuses its blocks; the
 pool is released (bytes back) when its graphs are gone; an unannounced
 capture gets an anonymous pool that is kept; the hard limit holds during a
 capture (NULL, with a message); with GCP_TORCH_PROFILE=1 the profile counts
-every call."""
+every call; with capture_check=announced only announced captures are looked
+for."""
 from __future__ import annotations
 
 import argparse
@@ -183,13 +184,39 @@ def child_profile(lib):
     print("profile: OK", {k: v for k, v in prof.items() if k != "enabled"})
 
 
+def child_announced(lib):
+    """capture_check=announced: only announced captures are seen."""
+    global S, T
+    L = gcp.configure(hard_limit="64MiB", backend="host", host_capacity="256MiB", oom="null", lib=lib,
+                      capture_check="announced")
+    S, T = L.c.gcp_torch_test_host_stream(), L.c.gcp_torch_test_host_stream()
+    torch, _ = fake_torch(L)
+    gcp._hook_torch(torch)
+    assert L.c.gcp_torch_test_capture(0, S, 31) == 0  # unannounced: not looked for
+    p = alloc(L, MiB, S)
+    assert dev_stats()[1]["allocations"] == 0, "announced mode asked an unannounced stream"
+    assert L.c.gcp_torch_test_capture(0, S, 0) == 0
+    free(L, p, MiB, S)
+    g = torch.cuda.graphs.CUDAGraph()
+    g.capture_begin()
+    q = alloc(L, MiB, S)
+    g.capture_end()
+    _, gs, r = dev_stats()
+    assert gs["allocations"] == 1 and r["settings"]["capture_check"] == "announced", (gs, r["settings"])
+    free(L, q, MiB, S)
+    print("capture_check=announced: OK (unannounced capture not looked for, announced one served by a graph pool)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib")
     ap.add_argument("--child-profile", action="store_true")
+    ap.add_argument("--child-announced", action="store_true")
     a = ap.parse_args()
     if a.child_profile:
         return child_profile(a.lib)
+    if a.child_announced:
+        return child_announced(a.lib)
     L = gcp.configure(hard_limit="256MiB", backend="host", host_capacity="1GiB", oom="null", lib=a.lib)
     global S, T
     S, T = L.c.gcp_torch_test_host_stream(), L.c.gcp_torch_test_host_stream()
@@ -202,12 +229,13 @@ def main():
     gcp.uninstall()
     assert torch.cuda.synchronize is orig, "uninstall() must restore torch.cuda.synchronize"
     print("uninstall: OK")
-    env = dict(os.environ, GCP_TORCH_PROFILE="1")
-    cmd = [sys.executable, os.path.abspath(__file__), "--child-profile"] + (["--lib", a.lib] if a.lib else [])
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-    sys.stdout.write(r.stdout)
-    sys.stderr.write(r.stderr)
-    assert r.returncode == 0, "profile child failed"
+    for flag, env in (("--child-profile", dict(os.environ, GCP_TORCH_PROFILE="1")),
+                      ("--child-announced", dict(os.environ))):
+        cmd = [sys.executable, os.path.abspath(__file__), flag] + (["--lib", a.lib] if a.lib else [])
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+        sys.stdout.write(r.stdout)
+        sys.stderr.write(r.stderr)
+        assert r.returncode == 0, f"{flag} child failed"
     print("test_cpu_graphs: all OK")
 
 
