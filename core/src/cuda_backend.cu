@@ -35,7 +35,7 @@ void check_noexcept(cudaError_t err, const char* call, const char* file, int lin
   (void)cudaGetLastError();
   if (exiting(err)) return;
   try {
-    detail::report_misuse(std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " +
+    detail::report_misuse(std::string(detail::source_name(file)) + ":" + std::to_string(line) + ": " + call + " failed: " +
                           cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
   } catch (...) {  // std::string ran out of memory: nothing sensible left to report with
   }
