@@ -9,6 +9,9 @@ process, and the accounting identities every run must satisfy:
   exposed_gc_seconds <= gc_seconds_all      (exposed time is part of all GC time)
   hidden_gc_seconds  <= gc_seconds          (hidden time is the policy's)
   ooms == 0 under explicit_free             (the oracle never runs out)
+  final_live_bytes == model_bytes under explicit_free, but for promote
+                                            (the oracle freed every dead array;
+                                            promote's ring still holds some)
 
 Usage: matrix_check.py FORWARD_LOOP HEAP_MIB [extra forward_loop flags...]
 Exit 0 when every identity holds for every run, 1 otherwise (each failure
@@ -40,6 +43,10 @@ def check(run):
         bad.append("hidden_gc_seconds %.6f > gc_seconds %.6f" % (run["hidden_gc_seconds"], run["gc_seconds"]))
     if run["policy"] == "explicit_free" and run["ooms"] != 0:
         bad.append("%d OOM(s) under explicit_free: %s" % (run["ooms"], run["first_oom"]))
+    if run["policy"] == "explicit_free" and run["workload"] != "promote" and \
+            run["final_live_bytes"] != run["model_bytes"]:
+        bad.append("the oracle left %d live bytes after the loop, its model is %d" % (
+            run["final_live_bytes"], run["model_bytes"]))
     if run["iterations"] < 1:
         bad.append("no iteration ran")
     return bad
