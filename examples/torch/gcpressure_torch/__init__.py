@@ -312,9 +312,10 @@ def _announce_capture(torch, graph, pool) -> None:
         return  # not capturing after all: nothing to release
     graph._gcp_capture = (dev, handle)
     try:
-        weakref.finalize(graph, L.c.gcp_torch_graph_release, dev, out_hi.value, out_lo.value)
+        fin = weakref.finalize(graph, L.c.gcp_torch_graph_release, dev, out_hi.value, out_lo.value)
     except TypeError:
-        pass  # not weak-referenceable: the pool is never released (conservative)
+        return  # not weak-referenceable: the pool is never released (conservative)
+    fin.atexit = False  # at exit the memory goes with the process: no cudaFree then
 
 
 def uninstall() -> None:
