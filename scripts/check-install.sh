@@ -7,7 +7,9 @@
 #   - the Lua module through Lua's cpath under the prefix,
 #   - the Guile module through Guile's site directories under the prefix.
 # Any failure stops the script with a message and a nonzero status.
-# CHECK_INSTALL_KEEP=1 keeps the temporary folder for inspection.
+# CHECK_INSTALL_KEEP=1 keeps the temporary folder for inspection;
+# CHECK_INSTALL_CUDA=ON builds the installed tree with CUDA (on a GPU machine
+# the README's program then runs on cuda_async).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -35,8 +37,9 @@ run_clean() {
   if grep -qi "leak" "$work/$1.stderr"; then fail "$1 reported a leak on stderr"; fi
 }
 
-step "configure, build and install into $prefix (host-only, Release, no tests or benchmarks)"
-cmake -S . -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGCPRESSURE_WITH_CUDA=OFF \
+cuda=${CHECK_INSTALL_CUDA:-OFF}
+step "configure, build and install into $prefix (CUDA $cuda, Release, no tests or benchmarks)"
+cmake -S . -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGCPRESSURE_WITH_CUDA="$cuda" \
   -DGCPRESSURE_BUILD_TESTS=OFF -DGCPRESSURE_BUILD_BENCH=OFF -DGCPRESSURE_BUILD_EXAMPLES=ON \
   -DCMAKE_INSTALL_PREFIX="$prefix" >"$work/configure.log" || { cat "$work/configure.log"; fail "configure"; }
 # Only what is installed is built (the forward loop and the PyTorch plug-in
