@@ -96,7 +96,7 @@ step sync 300 "$PY" "$T/test_sync.py" --lib "$LIB" "${QARG[@]}"
 # Issue 14: CUDA graph capture + replay and torch.compile(mode="reduce-overhead")
 # against PyTorch's allocator; the ~1 ms compiled step and its profile.
 step graphs 600 "$PY" "$T/test_graphs.py" --lib "$LIB"
-step small_step 600 "$PY" "$T/bench_small_step.py" --lib "$LIB"
+step small_step 600 "$PY" "$T/bench_small_step.py" --lib "$LIB" "${QARG[@]}"
 step pair_cpu 300 "$PY" "$T/bench_pair_cpu.py" --lib "$LIB"
 if [ "${PIP:-0}" = 1 ]; then
   step check_pip 600 env PYTHON="$PY" bash "$ROOT/examples/torch/check_pip.sh"
