@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The install, as a new user meets it (issue 12): a clean host-only Release
+# The install, as a new user meets it (issue 12): setup.sh's package choice
+# (tests/install/test_setup.sh), then a clean host-only Release
 # build installed into a temporary prefix, then, against that prefix only:
 #   - every C/C++ block of README.md compiled and run (no "leaked" warning allowed),
 #   - a C++ consumer and a C consumer through find_package(gcpressure),
@@ -36,6 +37,9 @@ run_clean() {
   run_ok "$@"
   if grep -qi "leak" "$work/$1.stderr"; then fail "$1 reported a leak on stderr"; fi
 }
+
+step "scripts/setup.sh's package choice on Debian 12, Debian 13, Ubuntu 24.04 (fake apt-cache)"
+bash tests/install/test_setup.sh || fail "scripts/setup.sh picks the wrong clang runtime package"
 
 cuda=${CHECK_INSTALL_CUDA:-OFF}
 step "configure, build and install into $prefix (CUDA $cuda, Release, no tests or benchmarks)"
