@@ -179,6 +179,18 @@ TEST(CudaJl, AboutToBlockCollectsFromHalf) {
   EXPECT_EQ(w.by_reason(gcp::gc_reason::quiet_moment), 1u);
 }
 
+// An iteration boundary is not an event CUDA.jl sees; a quiet moment is
+// an explicit maybe_collect(will_block).
+TEST(CudaJl, IterationIsNoCall) {
+  world w(hard_mib(100));
+  w.use("cudajl");
+  w.keep_mib(75);  // the last one saw 0.74
+  w.policy->iteration();
+  EXPECT_EQ(w.collections(), 0);
+  w.policy->quiet_moment(false);
+  EXPECT_EQ(w.gc.minors, 1);
+}
+
 // synchronize() calls maybe_collect(true) only while the stream is not done
 // (synchronize_object: `if !isdone(obj) maybe_collect(true)`).
 TEST(CudaJl, SynchronizeOnABusyDeviceIsAboutToBlock) {

@@ -113,6 +113,9 @@ class cudajl_policy final : public gc_policy {
   const char* name() const noexcept override { return "cudajl"; }
   void before_allocate(device_allocator&, std::size_t, stream_ref) override { maybe_collect(false); }
   void quiet_moment(bool will_block) override { maybe_collect(will_block); }
+  // CUDA.jl sees no iteration boundaries; a loop's blocking syncs reach it
+  // through synchronize() (before_block).
+  void iteration() override {}
   bool reclaim(device_allocator& a, ladder_step step) override;
 
  protected:
