@@ -48,9 +48,9 @@ fi
 if rt=$(clang_rt_package); then
   pkgs+=("$rt")
 else
+  # Only the fuzz run needs it: the demo and the other tests go on without.
   echo "setup: no libclang-rt package found for this system's clang (run apt-get update?);" \
        "the fuzz run of scripts/test.sh needs libFuzzer" >&2
-  [ "$dry_run" = 1 ] || exit 1
 fi
 pkgs+=("$@")
 
