@@ -164,6 +164,16 @@ raises(function() heap:set_limits(64 * 1024 * 1024, 0) end, "soft limit above ha
 -- incremental mode (a property of the whole Lua state)
 local inc = gcpressure.new{ backend = "host", hard_limit = "16MiB", gc_mode = "incremental", step_kb = 256 }
 check(inc:info().gc_mode == "incremental", "incremental mode")
+do -- Lua's own cycles in incremental mode: every one is whole-heap
+  collectgarbage("stop")
+  local i0 = inc:info()
+  collectgarbage("collect")
+  local i1 = inc:info()
+  collectgarbage("restart")
+  check(i1.lua_collections == i0.lua_collections + 1 and i1.lua_full_collections == i0.lua_full_collections + 1,
+    "incremental: a collection of Lua's own counts once, as whole-heap: " .. i0.lua_full_collections .. " -> "
+    .. i1.lua_full_collections)
+end
 for i = 1, 256 do local g = inc:array(256 * 1024) end
 check(count(inc:stats(), "ooms") == 0, "no OOM in incremental mode")
 inc:close()
@@ -208,6 +218,7 @@ end
 
 -- Lua's own collections, counted by sentinels (Note [Counting Lua's own collections])
 do
+  collectgarbage("stop") -- no automatic collection in between: every cycle below is one we made
   local hc = gcpressure.new{ backend = "host", hard_limit = "16MiB" } -- generational
   local i0 = hc:info()
   collectgarbage("step") -- one young collection in generational mode
@@ -233,6 +244,7 @@ do
     "stats runtime_full_collections")
   check(s4:find('"runtime_seconds_exact":false', 1, true) ~= nil, "Lua's own seconds are not exact")
   hc:close()
+  collectgarbage("restart")
 end
 
 -- The environment is the default layer; explicit options override it (issue 12)
