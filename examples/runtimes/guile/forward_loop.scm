@@ -287,10 +287,13 @@
     ("bdwgc_collections" . ,(bdwgc-collections))
     ("ladder_full_collections" . ,(json-ref s "ladder" "full_collection"))
     ("layers" . ,layers) ("d" . ,d) ("batch" . ,batch) ("host_heap_mib" . ,host-heap-mib)
-    ("checksum" . ,(num checksum))))
+    ("checksum" . ,(num checksum))
+    ;; Which figures are bounds, and why (the C++ loop's "bounds" object).
+    ("bounds" . (raw . "{\"collections_runtime\":\"exact (bdwgc's GC_get_gc_no less the policy's)\",\"runtime_full_collections\":\"exact while bdwgc is not incremental (Guile's mode): every collection is whole-heap\",\"runtime_gc_seconds\":\"bdwgc's millisecond total of stop-the-world collections: ms steps\",\"collections_full_steady\":\"exact: Guile's own collections are stop-the-world and whole-heap\"}"))))
 
 (define (json-value v)
   (cond ((eq? v 'null) "null")
+        ((and (pair? v) (eq? (car v) 'raw)) (cdr v))
         ((string? v) (format #f "~s" v))
         ((eq? v #t) "true")
         ((eq? v #f) "false")

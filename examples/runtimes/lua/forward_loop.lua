@@ -405,6 +405,13 @@ local summary = {
   { "seed", opts.seed },
   { "lua_heap_kib", math.floor(collectgarbage("count")) },
   { "checksum", checksum },
+  -- Which figures are bounds, and why (the C++ loop's "bounds" object).
+  { "bounds", { raw = '{"collections_runtime":"Lua\'s own cycles, counted by __gc sentinels: exact in '
+    .. 'generational mode, counted a few steps late in incremental mode","runtime_full_collections":"generational '
+    .. 'mode: a lower bound (an old sentinel; majors while it ages are missed); incremental mode: every cycle",'
+    .. '"runtime_gc_seconds":"unknown (0): Lua\'s own collections cannot be timed","exposed_gc_seconds":"the '
+    .. 'policy\'s part only (an upper bound); Lua\'s own time is unknown","collections_full_steady":"the policy\'s '
+    .. 'parts exact; Lua\'s own whole-heap cycles as above, counted as blocking"}' } },
 }
 
 if opts.json then
@@ -412,6 +419,7 @@ if opts.json then
   for _, kv in ipairs(summary) do
     local v = kv[2]
     if v == nil then v = "null"
+    elseif type(v) == "table" then v = v.raw
     elseif type(v) == "boolean" then v = tostring(v)
     elseif type(v) == "string" then v = string.format("%q", v)
     elseif math.type(v) == "integer" then v = string.format("%d", v)
