@@ -491,8 +491,9 @@ GCP_EXPORT int gcp_torch_quiet_moment(int device) {
 // The host is about to wait for all work queued on `stream` (issue 11):
 // runs the collection work that is due while that work still runs, then
 // blocks until it has completed (gc_policy::synchronize, Note [Collect in the
-// device's time] in core/src/policy.cpp). The GIL may be held or not (the
-// Python side calls it through ctypes.CDLL: released). During a capture
+// device's time] in core/src/policy.cpp). Any thread, the GIL held or not
+// (the Python side calls it through ctypes.CDLL: released); not from a
+// finalizer (it may collect and block). During a capture
 // (this stream's, or any announced one) it does nothing: synchronising there
 // is illegal, and the caller's own synchronize reports it as PyTorch does.
 GCP_EXPORT int gcp_torch_synchronize(int device, void* stream) {
@@ -507,7 +508,8 @@ GCP_EXPORT int gcp_torch_synchronize(int device, void* stream) {
 
 // CUDA graphs (Note [Graph capture]; gcpressure_torch.py calls these from
 // its wrappers of CUDAGraph.capture_begin / capture_end and a weakref
-// finalizer on the graph). capture_begin: `stream` has just begun capturing
+// finalizer on the graph); any thread, not from a finalizer (graph_release
+// may cudaFree). capture_begin: `stream` has just begun capturing
 // into PyTorch's pool {pool_hi, pool_lo} ({0, 0}: a pool of its own; the key
 // used is written to *out_hi/*out_lo). Returns 0, or -1 if the stream is not
 // capturing. capture_end: before PyTorch ends the capture. graph_release: a

@@ -245,7 +245,8 @@ def synchronize(stream=None, device=None) -> None:
     stream): runs collection work that is due while the device still works,
     then blocks until the stream's queued work has completed (the policy
     learns the slack; Note [Collect in the device's time] in
-    core/src/policy.cpp). Does nothing during a CUDA graph capture."""
+    core/src/policy.cpp). Does nothing during a CUDA graph capture.
+    Thread-safe; not from a __del__ (it may collect and block)."""
     L = _need()
     dev = _device(device)
     L.check(L.c.gcp_torch_synchronize(dev, _stream_handle(stream, dev)), "synchronize", L.c)
@@ -321,7 +322,8 @@ def _announce_capture(torch, graph, pool) -> None:
 def uninstall() -> None:
     """Removes the hooks install() put on torch (torch.cuda.synchronize,
     CUDAGraph.capture_begin/capture_end). The allocator itself stays:
-    PyTorch cannot swap an allocator that has allocated."""
+    PyTorch cannot swap an allocator that has allocated. Call it from one
+    thread, not while install() runs."""
     while _hooks:
         owner, name, orig = _hooks.pop()
         setattr(owner, name, orig)
