@@ -101,6 +101,7 @@ class graph_upstream final : public device_resource {
       throw out_of_memory("gcpressure_torch: no host memory for graph pool bookkeeping");
     }
     g_.reserved_.fetch_add(bytes);
+    g_.note_range(p, bytes);
     return p;
   }
   void do_deallocate(void* p, std::size_t bytes, stream_ref) noexcept override {
@@ -182,8 +183,21 @@ void* graph_memory::allocate(std::size_t bytes, stream_ref s, std::uint64_t capt
   return p;
 }
 
+void graph_memory::note_range(const void* p, std::size_t bytes) noexcept {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::uintptr_t lo = lo_.load();
+  while (a < lo && !lo_.compare_exchange_weak(lo, a)) {
+  }
+  std::uintptr_t hi = hi_.load();
+  while (a + bytes > hi && !hi_.compare_exchange_weak(hi, a + bytes)) {
+  }
+}
+
 bool graph_memory::deallocate(void* p, std::size_t bytes, stream_ref s) noexcept {
   if (npools_.load(std::memory_order_acquire) == 0) return false;
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  // A graph block was allocated (and its range noted) before it can be freed.
+  if (a < lo_.load(std::memory_order_acquire) || a >= hi_.load(std::memory_order_acquire)) return false;
   std::lock_guard<std::mutex> lk(mu_);
   for (auto& [key, gp] : pools_) {
     if (!gp->pool->owns_live(p)) continue;

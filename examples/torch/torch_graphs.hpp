@@ -115,6 +115,10 @@ class graph_memory {
   std::map<pool_key, std::unique_ptr<graph_pool>> pools_;
   std::uint64_t next_anonymous_ = 1;
   std::atomic<int> npools_{0};            // fast path: no pool, nothing to look up at a free
+  // Fast path of a free with graph pools: the address range every graph
+  // segment ever made lies in (only grows, so a pointer outside is not ours).
+  std::atomic<std::uintptr_t> lo_{~std::uintptr_t{0}}, hi_{0};
+  void note_range(const void* p, std::size_t bytes) noexcept;
   std::atomic<std::size_t> reserved_{0};  // all graph pools' segments
   std::atomic<stream_ref> test_stream_{nullptr};
   std::atomic<std::uint64_t> test_id_{0};
