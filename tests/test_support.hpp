@@ -1,10 +1,12 @@
-// tests/test_support.hpp — helpers shared by the core tests (test_core).
+// tests/test_support.hpp — the one header of test helpers (every test
+// target, the reliability tests included, and their helper programs):
 //
 // - misuse_capture: installs a counting misuse handler (keeps stderr quiet,
 //   lets a test assert that misuse was reported) and restores the old one.
 // - env_guard: saves, clears and restores every GCPRESSURE_* variable.
-// - run_with_watchdog: runs a body on its own thread; if it does not finish in
-//   time the process exits with a clear message instead of hanging ctest.
+// - watchdog / run_with_watchdog: if a scope (a body) does not finish in time
+//   the process exits 124 with a clear message instead of hanging ctest.
+// - clear_stack / settle: exact accounting under a conservative collector.
 // - json_check: a small strict JSON syntax checker that collects object keys.
 // - expect_rejected: the call must throw one of the library's exception types.
 #pragma once
@@ -15,6 +17,7 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdint>
 #include <cstdlib>
@@ -116,7 +119,77 @@ class env_guard {
 };
 
 // ---------------------------------------------------------------------------
-// Watchdog. std::async's future blocks in its destructor, so a hung body would
+// Fails the process (exit 124, naming what it was doing and the last progress
+// note) if not destroyed within `limit`: a deadlock reports itself.
+class watchdog {
+ public:
+  watchdog(std::chrono::seconds limit, std::string what) : what_(std::move(what)) {
+    thread_ = std::thread([this, limit] {
+      std::unique_lock<std::mutex> lk(mu_);
+      if (!cv_.wait_for(lk, limit, [this] { return done_; })) {
+        std::fprintf(stderr,
+                     "\n[  FAILED  ] WATCHDOG: '%s' did not finish within %lld s (deadlock or livelock?); "
+                     "last progress note: %s\n",
+                     what_.c_str(), static_cast<long long>(limit.count()), note_.c_str());
+        std::fflush(stderr);
+        std::fflush(stdout);
+        std::_Exit(124);
+      }
+    });
+  }
+  ~watchdog() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  watchdog(const watchdog&) = delete;
+  watchdog& operator=(const watchdog&) = delete;
+  // A line printed if the watchdog fires.
+  void note(std::string s) {
+    std::lock_guard<std::mutex> lk(mu_);
+    note_ = std::move(s);
+  }
+
+ private:
+  std::string what_, note_ = "(none)";
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+// ---------------------------------------------------------------------------
+// Exact accounting under a conservative collector (Boehm scans stacks and
+// registers: a stale copy of a handle in a dead stack slot keeps it alive).
+// clear_stack() overwrites the dead stack below its caller; call it from the
+// level the collection is called from, right after the helper that held
+// handles returned (a helper cannot clear its own frame). See Note [Exact
+// accounting under a conservative collector] in tests/test_boehm.cpp and
+// Note [Lost or retained] in tests/reliability/gc_roots.hpp.
+[[gnu::noinline]] inline void clear_stack() {
+  char buf[256 * 1024];
+  std::memset(buf, 0, sizeof buf);
+  asm volatile("" : : "r"(buf) : "memory");  // the stores must happen
+}
+
+// Polls `done` for up to `limit`, calling `step` (run finalizers, drain)
+// before each check. True once `done`.
+template <class Step, class Done>
+bool settle(Step&& step, Done&& done, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    step();
+    if (done()) return true;
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Watchdog around a body. std::async's future blocks in its destructor, so a hung body would
 // hang the test anyway; instead the body runs on a detached thread and on
 // timeout the process exits non-zero (ctest reports the test as failed).
 template <class F>

@@ -1,10 +1,9 @@
 // tests/reliability/reliability_support.hpp — helpers of the reliability tests
 // (issue 6; docs/RELIABILITY.md):
-// - watchdog: fails the process (exit 124, with a message) instead of letting
-//   a deadlocked test hang ctest;
+// (the watchdog, misuse capture, clear_stack, settle and block tags are the
+// shared ones of tests/test_support.hpp, named here too)
 // - scaled / env_count: counts scaled down in sanitizer builds, and from the
 //   environment (see docs/RELIABILITY.md);
-// - misuse_counter: counts misuse reported from noexcept paths;
 // - fake_collector: a collector over blocks "dropped" by a workload, with
 //   young/old generations, an incremental whole-heap cycle and on-demand
 //   finalizers that queue frees as real finalizers do;
@@ -28,52 +27,9 @@
 #include "gcpressure/allocator.hpp"
 #include "gcpressure/collector.hpp"
 #include "gcpressure/error.hpp"
+#include "test_support.hpp"
 
 namespace gcp_rel {
-
-// --- watchdog ------------------------------------------------------------------
-
-// Fails the process if not destroyed within `limit`. A deadlock then reports
-// itself (test name, what it was doing) and ctest sees exit code 124.
-class watchdog {
- public:
-  watchdog(std::chrono::seconds limit, std::string what) : what_(std::move(what)) {
-    thread_ = std::thread([this, limit] {
-      std::unique_lock<std::mutex> lk(mu_);
-      if (!cv_.wait_for(lk, limit, [this] { return done_; })) {
-        std::fprintf(stderr,
-                     "\n[  FAILED  ] WATCHDOG: '%s' did not finish within %lld s (deadlock or livelock?); "
-                     "last progress note: %s\n",
-                     what_.c_str(), static_cast<long long>(limit.count()), note_.c_str());
-        std::fflush(stderr);
-        std::fflush(stdout);
-        std::_Exit(124);
-      }
-    });
-  }
-  ~watchdog() {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  watchdog(const watchdog&) = delete;
-  watchdog& operator=(const watchdog&) = delete;
-  // A line printed if the watchdog fires.
-  void note(std::string s) {
-    std::lock_guard<std::mutex> lk(mu_);
-    note_ = std::move(s);
-  }
-
- private:
-  std::string what_, note_ = "(none)";
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
-};
 
 // --- environment -------------------------------------------------------------
 
@@ -98,40 +54,14 @@ inline std::uint64_t env_count(const char* name, std::uint64_t fallback) {
   return n;
 }
 
-// --- misuse reports --------------------------------------------------------------
+// --- shared with every test (tests/test_support.hpp) ---------------------------
 
-class misuse_counter {
- public:
-  misuse_counter() {
-    count_.store(0);
-    old_ = gcpressure::set_misuse_handler(&handler);
-  }
-  ~misuse_counter() { gcpressure::set_misuse_handler(old_); }
-  misuse_counter(const misuse_counter&) = delete;
-  misuse_counter& operator=(const misuse_counter&) = delete;
-  int count() const { return count_.load(); }
-  std::string last() const {
-    std::lock_guard<std::mutex> lk(mu());
-    return last_();
-  }
-
- private:
-  static void handler(const char* msg) {
-    count_.fetch_add(1);
-    std::lock_guard<std::mutex> lk(mu());
-    last_() = msg ? msg : "";
-  }
-  static std::mutex& mu() {
-    static std::mutex m;
-    return m;
-  }
-  static std::string& last_() {
-    static std::string s;
-    return s;
-  }
-  static inline std::atomic<int> count_{0};
-  gcpressure::misuse_handler old_ = nullptr;
-};
+using gcp_test::clear_stack;
+using gcp_test::settle;
+using gcp_test::watchdog;
+using misuse_counter = gcp_test::misuse_capture;
+using gcp_test::put_tags;
+using gcp_test::tags_ok;
 
 // --- a collector without a runtime ------------------------------------------------
 
@@ -298,21 +228,6 @@ class live_set {
   std::map<std::uintptr_t, std::size_t> blocks_;
   std::size_t bytes_ = 0;
 };
-
-// A tag written at both ends of a block (as far as it fits) and checked at free.
-inline void put_tag(void* p, std::size_t n, std::uint64_t tag) {
-  std::memcpy(p, &tag, std::min(n, sizeof tag));
-  if (n >= 2 * sizeof tag) std::memcpy(static_cast<char*>(p) + n - sizeof tag, &tag, sizeof tag);
-}
-inline bool tag_ok(const void* p, std::size_t n, std::uint64_t tag) {
-  std::uint64_t a = 0, t = 0;
-  std::memcpy(&a, p, std::min(n, sizeof tag));
-  std::memcpy(&t, &tag, std::min(n, sizeof tag));
-  if (a != t) return false;
-  if (n < 2 * sizeof tag) return true;
-  std::memcpy(&a, static_cast<const char*>(p) + n - sizeof tag, sizeof tag);
-  return a == tag;
-}
 
 // xorshift64*: deterministic per seed.
 struct rng {

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "gcpressure/boehm.hpp"
+#include "test_support.hpp"
 #include "gcpressure/cuda_resource.hpp"
 #include "gcpressure/error.hpp"
 
@@ -62,11 +63,7 @@ bool g_ready = false;  // set up done (the atexit handlers do nothing otherwise)
   _exit(3);
 }
 
-[[gnu::noinline]] void clear_stack() {
-  volatile char buf[64 * 1024];
-  std::memset(const_cast<char*>(buf), 0, sizeof buf);
-  asm volatile("" ::: "memory");
-}
+using gcp_test::clear_stack;  // tests/test_support.hpp
 
 gcp::allocator_options opts() {
   gcp::allocator_options o;

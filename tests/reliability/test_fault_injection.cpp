@@ -360,8 +360,8 @@ bool classify(tally& t, F&& f, std::string* last_error = nullptr) {
 constexpr std::uint64_t k_poison = 0xDEADBEEFDEADBEEFULL;
 
 void write_tag(gcp::host_stream* hs, void* p, std::size_t n, std::uint64_t tag) {
-  if (hs) hs->enqueue([p, n, tag] { gcp_rel::put_tag(p, n, tag); });
-  else gcp_rel::put_tag(p, n, tag);
+  if (hs) hs->enqueue([p, n, tag] { gcp_rel::put_tags(p, n, tag); });
+  else gcp_rel::put_tags(p, n, tag);
 }
 
 void check_and_poison(tally& t, gcp::host_stream* hs, void* p, std::size_t n, std::uint64_t tag, bool slow) {
@@ -371,11 +371,11 @@ void check_and_poison(tally& t, gcp::host_stream* hs, void* p, std::size_t n, st
       while (std::chrono::steady_clock::now() < until) {
       }
     }
-    if (!gcp_rel::tag_ok(p, n, tag)) t.stream_tag_failures.fetch_add(1);
-    gcp_rel::put_tag(p, n, k_poison);
+    if (!gcp_rel::tags_ok(p, n, tag)) t.stream_tag_failures.fetch_add(1);
+    gcp_rel::put_tags(p, n, k_poison);
   };
   if (hs) hs->enqueue(work);
-  else if (!gcp_rel::tag_ok(p, n, tag)) t.tag_failures.fetch_add(1);
+  else if (!gcp_rel::tags_ok(p, n, tag)) t.tag_failures.fetch_add(1);
 }
 
 // One thread of a workload. Thread 0 also does the maintenance that a

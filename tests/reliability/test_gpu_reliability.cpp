@@ -65,11 +65,7 @@ struct cuda_stream {
   ~cuda_stream() { gcp::cuda_stream_destroy(s); }
 };
 
-[[gnu::noinline]] void clear_stack() {
-  volatile char buf[256 * 1024];
-  std::memset(const_cast<char*>(buf), 0, sizeof buf);
-  asm volatile("" ::: "memory");
-}
+using gcp_test::clear_stack;  // tests/test_support.hpp
 
 std::size_t count_not(const void* p, std::size_t bytes, unsigned char value, gcp::stream_ref s) {
   std::vector<unsigned char> host(bytes);

@@ -14,6 +14,7 @@
 #define GC_THREADS 1
 #endif
 #include <gc/gc.h>
+#include <gc/gc_mark.h>  // GC_is_marked
 
 #include <gtest/gtest.h>
 
@@ -27,6 +28,7 @@
 
 #include "gcpressure/boehm.hpp"
 #include "gcpressure/error.hpp"
+#include "gc_roots.hpp"
 #include "reliability_support.hpp"
 
 namespace gcp = gcpressure;
@@ -48,14 +50,7 @@ class boehm_env : public ::testing::Environment {
 };
 [[maybe_unused]] auto* const g_env = ::testing::AddGlobalTestEnvironment(new boehm_env);
 
-// Overwrites dead stack below the caller so that stale handle pointers there
-// do not keep handles alive (Note [Exact accounting under a conservative
-// collector] in tests/test_boehm.cpp).
-[[gnu::noinline]] void clear_stack() {
-  volatile char buf[256 * 1024];
-  std::memset(const_cast<char*>(buf), 0, sizeof buf);
-  asm volatile("" ::: "memory");
-}
+using gcp_test::clear_stack;  // tests/test_support.hpp
 
 struct thread_stats {
   std::uint64_t allocs = 0, unsafe_frees = 0, ooms = 0, other_errors = 0, bad_data = 0;
@@ -64,8 +59,9 @@ struct thread_stats {
 // One soak thread: a window of live handles on this registered thread's stack
 // (a GC root); each new handle replaces one, dropping it.
 [[gnu::noinline]] void soak_thread(gb::device_heap& h, int seed, std::uint64_t n, thread_stats& st,
-                                   std::atomic<std::uint64_t>& progress) {
+                                   std::atomic<std::uint64_t>& progress, gcp_rel::handle_log& log) {
   gb::thread_scope reg;
+  log.reserve(n);
   constexpr int window = 8;
   gb::buffer* live[window] = {};
   unsigned char stamp[window] = {};
@@ -87,6 +83,7 @@ struct thread_stats {
       continue;
     }
     ++st.allocs;
+    log.add(b);
     const int slot = static_cast<int>(i % window);
     // The handle being replaced still holds what this thread wrote into it.
     if (live[slot] && gb::device_heap::is_live(live[slot])) {
@@ -107,20 +104,140 @@ struct thread_stats {
   clear_stack();
 }
 
-bool settle(gb::device_heap& h, const std::function<bool()>& done, std::chrono::milliseconds limit) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  for (;;) {
-    h.gc().run_finalizers();
-    h.allocator().drain();
-    if (done()) return true;
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(1ms);
-  }
+// Polls `done`, running finalizers and draining meanwhile.
+template <class Done>
+bool settle(gb::device_heap& h, Done&& done, std::chrono::milliseconds limit) {
+  return gcp_test::settle(
+      [&] {
+        h.gc().run_finalizers();
+        h.allocator().drain();
+      },
+      done, limit);
 }
 
 [[gnu::noinline]] void full_collect(gb::device_heap& h) {
   clear_stack();
   h.collect(gcp::gc_kind::blocking_full);
+}
+
+// The same from a new registered thread, whose stack and registers never held
+// a handle and whose collection frames lie elsewhere (Note [Lost or
+// retained]).
+void full_collect_on_fresh_thread(gb::device_heap& h) {
+  std::thread([&h] {
+    gb::thread_scope reg;
+    full_collect(h);
+  }).join();
+}
+
+// Note [Lost or retained] (gc_roots.hpp): the recorded handles still live
+// after the final collections, each with its mark bit and the words that
+// point at it. Returns their bytes; prints one line per survivor.
+std::string to_hex(std::uintptr_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+struct survivors {
+  std::size_t count = 0, bytes = 0, unmarked = 0, released = 0, released_bytes = 0;
+};
+
+// What Boehm and the handle say about a recorded handle (given hidden, so
+// that no frame above this one holds it while the caller collects).
+struct handle_facts {
+  bool live = false, marked = false;
+  std::size_t bytes = 0, size = 0;  // device bytes; the handle's GC object size
+  std::string address;              // printed here: no frame that collects computes it
+};
+[[gnu::noinline]] handle_facts inspect_frame(std::uintptr_t hidden) {
+  handle_facts f;
+  auto* b = reinterpret_cast<gb::buffer*>(~hidden);
+  if (GC_base(b) != b || !gb::device_heap::is_live(b) || gb::device_heap::size(b) == 0) return f;
+  f.live = true;
+  f.bytes = gb::device_heap::size(b);
+  f.size = GC_size(b);
+  f.address = to_hex(reinterpret_cast<std::uintptr_t>(b));
+  struct arg_t {
+    void* p;
+    int marked;
+  } arg{b, 0};
+  GC_call_with_alloc_lock(
+      [](void* a) -> void* {
+        auto* x = static_cast<arg_t*>(a);
+        x->marked = GC_is_marked(x->p);
+        return nullptr;
+      },
+      &arg);
+  f.marked = arg.marked != 0;
+  return f;
+}
+// The frames that held the handle are scrubbed before returning: a stale copy
+// there would retain it through the next collection.
+[[gnu::noinline]] handle_facts inspect(std::uintptr_t hidden) {
+  const handle_facts f = inspect_frame(hidden);
+  clear_stack();
+  return f;
+}
+
+// Words the experiment below may clear: in a thread stack or a data segment
+// outside bdwgc. bdwgc's own data and anonymous memory (its block headers,
+// mark stack, malloc arenas) hold words that are not roots, and clearing
+// those corrupts the collector ("Unexpected mark stack overflow", seen).
+bool clearable(const gcp_rel::word_hit& w) {
+  if (w.in_gc_object || w.where.find("libgc") != std::string::npos) return false;
+  if (w.where.rfind("[stack]", 0) == 0) return true;
+  if (w.where.rfind("anon", 0) == 0) return w.mapping_bytes >= (std::size_t{1} << 20);  // a thread stack
+  return w.where.rfind("/", 0) == 0;  // a loaded object's data segment
+}
+
+// Proves which word retains a survivor: zeroes one candidate word, collects
+// fully and runs the finalizers; restores the word if the handle is still
+// live. True if this word was what kept it.
+[[gnu::noinline]] bool released_by_clearing(gb::device_heap& h, std::uintptr_t hidden, std::uintptr_t at) {
+  auto* word = reinterpret_cast<volatile std::uintptr_t*>(at);
+  const volatile std::uintptr_t saved_hidden = ~*word;  // volatile: no register keeps the plain value
+  *word = 0;
+  full_collect_on_fresh_thread(h);
+  settle(h, [&] { return !inspect(hidden).live; }, 500ms);
+  if (!inspect(hidden).live) return true;
+  *word = ~saved_hidden;
+  return false;
+}
+
+// Note [Lost or retained] (gc_roots.hpp): the recorded handles still live
+// after the final collections, each with its mark bit and the words that
+// point at it; a survivor whose pointing word, once cleared, lets the next
+// full collection finalize it was retained (counted in `released`).
+[[gnu::noinline]] survivors find_survivors(gb::device_heap& h, const std::vector<const gcp_rel::handle_log*>& logs) {
+  survivors out;
+  for (const std::uintptr_t hidden : gcp_rel::distinct_handles(logs)) {
+    const handle_facts f = inspect(hidden);
+    if (!f.live) continue;
+    ++out.count;
+    out.bytes += f.bytes;
+    if (!f.marked) ++out.unmarked;
+    const auto hits = gcp_rel::find_words(hidden, f.size, [](std::uintptr_t a) {
+      return GC_base(reinterpret_cast<void*>(a)) != nullptr;
+    });
+    std::printf("[ soak ] survivor 0x%s: %zu bytes, %s, %zu word(s) point into it\n", f.address.c_str(), f.bytes,
+                f.marked ? "marked (reachable)" : "NOT marked", hits.size());
+    std::fflush(stdout);
+    for (const auto& w : hits)
+      std::printf("    word at 0x%s (+%zu) in %s%s\n", to_hex(w.at).c_str(), w.offset, w.where.c_str(),
+                  w.in_gc_object ? " (a GC object)" : "");
+    std::fflush(stdout);
+    for (const auto& w : hits) {
+      if (!clearable(w) || !released_by_clearing(h, hidden, w.at)) continue;
+      std::printf("    RETAINED by the word at 0x%s: cleared, the next full collection finalized it\n",
+                  to_hex(w.at).c_str());
+      ++out.released;
+      out.released_bytes += f.bytes;
+      break;
+    }
+    std::fflush(stdout);
+  }
+  return out;
 }
 
 }  // namespace
@@ -140,13 +257,14 @@ TEST(Soak, MillionAllocationsFromEightRegisteredThreads) {
   gcp_rel::misuse_counter misuse;
 
   thread_stats st[threads];
+  gcp_rel::handle_log logs[threads];
   std::atomic<std::uint64_t> progress{0};
   const auto t0 = std::chrono::steady_clock::now();
   {
     gcp_rel::watchdog dog(std::chrono::seconds(gcp_rel::env_count("GCPRESSURE_SOAK_WATCHDOG_S", 300)),
                           "soak: 8 registered threads allocating");
     std::vector<std::thread> ts;
-    for (int t = 0; t < threads; ++t) ts.emplace_back([&, t] { soak_thread(h, t + 1, per, st[t], progress); });
+    for (int t = 0; t < threads; ++t) ts.emplace_back([&, t] { soak_thread(h, t + 1, per, st[t], progress, logs[t]); });
     // Progress notes for the watchdog's message.
     std::atomic<bool> done{false};
     std::thread reporter([&] {
@@ -174,17 +292,31 @@ TEST(Soak, MillionAllocationsFromEightRegisteredThreads) {
   }
   const auto during = h.stats();
 
-  // Exact accounting: full collections until every dropped handle is
-  // finalized. A conservative collector may keep a handle through a stale
-  // stack word once; three full collections must do.
+  // Exact accounting (Note [Lost or retained]): one full collection from this
+  // thread, then, if a handle survived, one from a fresh registered thread.
   int fulls = 0;
   bool zero = false;
   {
     gcp_rel::watchdog dog(60s, "soak: final collections");
-    for (fulls = 1; fulls <= 3 && !zero; ++fulls) {
-      full_collect(h);
+    for (fulls = 1; fulls <= 2 && !zero; ++fulls) {
+      if (fulls == 1) full_collect(h);
+      else full_collect_on_fresh_thread(h);
       zero = settle(h, [&] { return h.allocator().live_bytes() == 0; }, 2000ms);
     }
+    if (fulls == 3 && zero) std::printf("[ soak ] the fresh thread's collection finalized what the first kept\n");
+  }
+  survivors surv;
+  if (!zero) {
+    surv = find_survivors(h, {&logs[0], &logs[1], &logs[2], &logs[3], &logs[4], &logs[5], &logs[6], &logs[7]});
+    std::printf("[ soak ] after %d full collections: %zu bytes live; %zu recorded handles live (%zu bytes), "
+                "%zu not marked, %zu retained by a word found and cleared; pushed %llu, orphaned %llu\n",
+                fulls - 1, h.allocator().live_bytes(), surv.count, surv.bytes, surv.unmarked, surv.released,
+                (unsigned long long)h.allocator().deferred().pushed(),
+                (unsigned long long)gb::orphaned_finalizations());
+    // Every survivor retained by a word now cleared: the accounting below must
+    // be exact again (Note [Lost or retained]).
+    if (surv.unmarked == 0 && surv.released == surv.count)
+      zero = settle(h, [&] { return h.allocator().live_bytes() == 0; }, 2000ms);
   }
   h.allocator().trim();
   const auto s = h.stats();
@@ -207,7 +339,9 @@ TEST(Soak, MillionAllocationsFromEightRegisteredThreads) {
   EXPECT_EQ(sum.ooms, 0u) << "memory was not kept bounded below the limit by collections";
   EXPECT_GT(during.gc.by_reason[static_cast<int>(gcp::gc_reason::early)], 0u) << "no pressure-triggered collection";
   EXPECT_LE(static_cast<std::size_t>(s.reserved.peak), hard) << "peak reserved above the hard limit";
-  EXPECT_TRUE(zero) << "device bytes still live after 3 full collections: " << s.requested.current;
+  EXPECT_EQ(surv.unmarked, 0u) << "LOST: a live handle the collector found unreachable was not finalized";
+  EXPECT_EQ(surv.released, surv.count) << "a live handle retained by no word found in memory (a register?)";
+  EXPECT_TRUE(zero) << "device bytes still live (not held by a recorded handle: lost): " << s.requested.current;
   EXPECT_EQ(s.requested.current, 0);
   EXPECT_EQ(s.active_blocks.current, 0);
   EXPECT_EQ(s.allocations, sum.allocs);
@@ -217,4 +351,40 @@ TEST(Soak, MillionAllocationsFromEightRegisteredThreads) {
   EXPECT_EQ(s.misuse_errors, 0u);
   EXPECT_EQ(misuse.count(), 0) << misuse.last();
   EXPECT_EQ(s.reserved.current, 0) << "trim left reserved bytes";
+}
+
+// The survivor report itself (Note [Lost or retained]): a handle kept in a
+// global (a root in this binary's data segment) is named as a marked survivor
+// with a pointing word outside the GC heap; the dropped ones are not named.
+gb::buffer* volatile g_kept = nullptr;
+
+[[gnu::noinline]] void alloc_some(gb::device_heap& h, gcp_rel::handle_log& log) {
+  for (int i = 0; i < 16; ++i) {
+    gb::buffer* b = h.alloc(4 * KiB + static_cast<std::size_t>(i));
+    log.add(b);
+    if (i == 5) g_kept = b;
+  }
+  clear_stack();
+}
+
+TEST(Soak, SurvivorReportNamesTheRootWord) {
+  gcp::allocator_options o;
+  o.backend = gcp::backend_kind::host;
+  gb::device_heap h(o, "pressure");
+  gcp_rel::handle_log log;
+  alloc_some(h, log);
+  clear_stack();  // alloc_some's dead frame, from the level the collections are called at
+  bool zero = false;
+  for (int i = 0; i < 3 && !zero; ++i) {
+    full_collect(h);
+    zero = settle(h, [&] { return h.allocator().live_bytes() == 4 * KiB + 5; }, 2000ms);
+  }
+  ASSERT_TRUE(zero) << "dropped handles kept: " << h.allocator().live_bytes();
+  const survivors s = find_survivors(h, {&log});
+  EXPECT_EQ(s.count, 1u);
+  EXPECT_EQ(s.bytes, 4 * KiB + 5);
+  EXPECT_EQ(s.unmarked, 0u);
+  EXPECT_EQ(s.released, 1u) << "clearing the global did not release the handle";
+  EXPECT_EQ(g_kept, nullptr);
+  EXPECT_EQ(h.allocator().live_bytes(), 0u);
 }
