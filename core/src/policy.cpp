@@ -121,6 +121,7 @@ bool gc_policy::device_probe::busy() {
   } catch (...) {
     done_ = true;
   }
+  (done_ ? done_at_ : last_busy_at_) = p_.now();
   return !done_;
 }
 
@@ -244,10 +245,13 @@ void gc_policy::before_block(const std::function<bool()>&) { quiet_moment(true);
 // device. Collection work done in that wait costs nothing. synchronize()
 // records an event (everything queued so far), lets the policy run what is
 // due while the event is pending (before_block), then blocks on the event.
-// The slack — time from the call until the device was seen done, when no
-// collection ran — is smoothed (0.75/0.25) and tells the policy how much
-// work fits. A sync during which collections ran gives a censored sample
-// (the device was busy at least that long): it only raises the estimate.
+// The slack — time from the call until the device was done — is smoothed
+// (0.75/0.25) and tells the policy how much work fits. Collection work at a
+// sync does not bias it: the device's completion is observed by polling
+// between slices (a sample in the middle of the last two polls) or, if it is
+// still busy afterwards, exactly when the wait ends. (A first version took a
+// sync with collections as "at least this long", which let slices that ran
+// past the device's end inflate the estimate that allowed them.)
 void gc_policy::synchronize(stream_ref stream) {
   stream_ops& ops = alloc_.streams();
   if (t_collecting) {  // from inside a collection: only wait
@@ -260,47 +264,33 @@ void gc_policy::synchronize(stream_ref stream) {
     ops.synchronize(e);
     return;
   }
+  // The device finished either after the host blocked (exact: the wait
+  // ends then) or between two polls during before_block (the midpoint; off
+  // by at most half a slice).
   const double t0 = now();
-  double sample = -1;
-  bool censored = false;
+  double sample = 0;
   {
     device_probe probe(*this, stream);
     if (probe.busy()) {
-      collection_stats before;
-      fill_stats(before);
       {
         std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
         if (lk.owns_lock()) before_block([&probe] { return probe.busy(); });
       }
-      collection_stats after;
-      fill_stats(after);
-      const bool collected = after.gc_seconds > before.gc_seconds;
       const double t1 = now();
-      if (!collected) {
+      if (probe.busy()) {
         if (probe.event_) ops.synchronize(probe.event_);
         sample = now() - t0;
       } else {
-        censored = true;
-        const bool still = probe.busy();
-        if (probe.event_) ops.synchronize(probe.event_);
-        sample = still ? now() - t0 : t1 - t0;  // busy through the collection: at least this much slack
+        sample = 0.5 * (probe.last_busy_at_ + probe.done_at_) - t0;
       }
       std::lock_guard<std::mutex> s(stats_mu_);
       stats_.sync_wait_seconds += now() - t1;
-    } else {
-      sample = 0;  // the device was already done: no slack
     }
   }
   std::lock_guard<std::mutex> s(stats_mu_);
   stats_.syncs++;
-  if (sample >= 0) {
-    if (censored && sample < slack_) {
-      // a censored sample never lowers the estimate
-    } else {
-      slack_ = stats_.syncs == 1 ? sample : 0.75 * slack_ + 0.25 * sample;
-    }
-    stats_.slack_seconds = slack_;
-  }
+  slack_ = stats_.syncs == 1 ? sample : 0.75 * slack_ + 0.25 * sample;
+  stats_.slack_seconds = slack_;
 }
 
 double gc_policy::own_exposed_seconds() const noexcept {

@@ -41,6 +41,9 @@ class boehm_runtime {
   // The collector interface (see boehm_collector). Thread-safe; not from a
   // finalizer.
   void collect_minor();
+  // Note [Sliced minors]: a partial cycle in time-limited slices.
+  void start_minor();
+  bool step_minor(double budget_seconds);
   void start_full();
   bool step_full(double budget_seconds);
   bool full_in_progress() const noexcept;
@@ -61,6 +64,11 @@ class boehm_runtime {
   // Whole-heap cycle the policy started (guarded by mu_; read atomically).
   std::atomic<bool> full_active_{false};
   GC_word full_start_no_ = 0;
+  // Sliced minor the policy started (guarded by mu_), and whether its
+  // completion, wherever it happens, is still to be counted as the policy's.
+  bool minor_active_ = false;
+  GC_word minor_start_no_ = 0;
+  std::atomic<bool> minor_by_policy_{false};
 
   // Written by Boehm's callbacks under its allocation lock; read anywhere.
   std::atomic<std::uint64_t> policy_collections_{0}, own_collections_{0};

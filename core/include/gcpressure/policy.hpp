@@ -28,7 +28,7 @@ struct policy_options {
   double gc_budget = 0.05;             // fraction of wall time collections may take
   int every_n = 1;                     // every_iteration: collect every N iterations (or allocations)
   bool every_n_allocations = false;    // every_iteration: count allocations, not iterations
-  double slice_seconds = 0.002;        // longest slice of an incremental whole-heap cycle
+  double slice_seconds = 0.001;        // longest slice of a sliced cycle (Note [Sliced cycles])
   double quiet_fraction = 0.5;         // at a quiet moment, collect once this much of the young budget is used
   double growth = 1.0;                 // young budget as a multiple of the live set left by the last collection
   std::size_t min_young_bytes = std::size_t{1} << 20;  // never collect more often than every 1 MiB
@@ -87,6 +87,7 @@ class gc_policy : public allocation_hook {
     event_ref event_ = nullptr;
     device_probe* prev_ = nullptr;
     bool done_ = false;
+    double last_busy_at_ = 0, done_at_ = 0;  // when busy() last saw it busy / first saw it done
   };
 
   // A collection the user asked for (reason "user"): runs it, its finalizers
