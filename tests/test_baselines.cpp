@@ -428,21 +428,52 @@ double induce_at_fourth_mib(world& w) {
   return t0;
 }
 
-// `GetNow() - GetLastGCStartTime(2) > GetLastGCDuration(2) * 5`: the
-// background gen-2 lasted from its start to its last slice (0.23 s here).
+// `GetNow() - GetLastGCStartTime(2) > GetLastGCDuration(2) * 5`: three
+// slices back to back, 0.03 s of work, allow the next gen-2 after 0.15 s.
 TEST(DotNet, NoNewGen2WithinFiveDurationsOfTheLastOnesStart) {
   world w(hard_mib(256));
   const double t0 = induce_at_fourth_mib(w);  // slice 1: t0 .. t0 + 0.01
+  w.keep_mib(2);                              // slices 2 and 3: done at t0 + 0.03
+  ASSERT_EQ(w.gc.full_cycles_done, 1);
+  w.keep_mib(2);  // 4 MiB since the gen-2 started: over budget
+  EXPECT_EQ(w.gc.full_starts, 1);
+  w.clock.advance_to(t0 + 0.14);
+  w.keep(MiB);
+  EXPECT_EQ(w.gc.full_starts, 1) << "0.14 s < 5 x 0.03 s";
+  w.clock.advance_to(t0 + 0.16);
+  w.keep(MiB);
+  EXPECT_EQ(w.gc.full_starts, 2);
+}
+
+// The duration is the cycle's work (its slices), not its span: slices 0.1 s
+// apart (0.23 s from start to end, 0.03 s of work) allow the next gen-2 at
+// t0 + 0.23 already.
+TEST(DotNet, Gen2DurationIsItsWorkNotItsSpan) {
+  world w(hard_mib(256));
+  induce_at_fourth_mib(w);
   w.clock.advance(0.1);
   w.keep(MiB);  // slice 2
   w.clock.advance(0.1);
-  w.keep(MiB);  // slice 3 completes at t0 + 0.23
+  w.keep(MiB);  // slice 3: done
   ASSERT_EQ(w.gc.full_cycles_done, 1);
-  w.keep_mib(2);  // 4 MiB since the gen-2 started: over budget
-  w.clock.advance_to(t0 + 1.14);
   w.keep(MiB);
-  EXPECT_EQ(w.gc.full_starts, 1) << "1.14 s < 5 x 0.23 s";
-  w.clock.advance_to(t0 + 1.16);
+  EXPECT_EQ(w.gc.full_starts, 1) << "3 MiB since its start";
+  w.keep(MiB);
+  EXPECT_EQ(w.gc.full_starts, 2) << "0.23 s > 5 x 0.03 s";
+}
+
+// A collector whose whole-heap cycle is one slice: done at once, timed too.
+TEST(DotNet, AOneSliceGen2IsTimedToo) {
+  world w(hard_mib(256));
+  w.gc.slices_per_full = 1;
+  w.gc.slice_seconds = 0.1;
+  const double t0 = induce_at_fourth_mib(w);
+  ASSERT_EQ(w.gc.full_cycles_done, 1);
+  w.keep_mib(4);
+  w.clock.advance_to(t0 + 0.49);
+  w.keep(MiB);
+  EXPECT_EQ(w.gc.full_starts, 1) << "0.49 s < 5 x 0.1 s";
+  w.clock.advance_to(t0 + 0.51);
   w.keep(MiB);
   EXPECT_EQ(w.gc.full_starts, 2);
 }

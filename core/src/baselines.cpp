@@ -257,8 +257,13 @@ bool cudajl_policy::reclaim(device_allocator& a, ladder_step step) {
 //     the slot rotates at the start, and its completion is not counted
 //     again. (Had the count not risen yet, .NET would rotate at the first
 //     call after it does: the same slots, one boundary later.)
-// Timing of gen-2s (5.): ours start when induced and last until their last
-// slice (a background GC's duration is its elapsed time). A gen-2 this
+// Timing of gen-2s (5.): ours start when induced; their duration is the
+// time spent in their slices and finalizers. A background GC's duration is
+// its elapsed time, but it runs on its own thread as fast as it can, so its
+// elapsed time is its work; our cycle's span from start to last slice would
+// add the mutator's time between slices, an artefact of our pacing (one
+// slice per allocation or hint). One finished by the ladder, outside this
+// policy's calls, is timed from its start to when it is noticed. A gen-2 this
 // policy did not run is seen late, through the counters: its duration is
 // taken as the collector seconds that passed since the previous call (all
 // collections then, an upper bound when the collector times them all;
@@ -353,7 +358,7 @@ class dotnet_policy final : public gc_policy {
     outcome o;
     if (step_full_cycle(gc_reason::baseline, &o)) {
       cycle_running_ = false;
-      gen2_duration_ = now() - gen2_start_;
+      gen2_duration_ = o.seconds;
     }
     return true;
   }
@@ -384,7 +389,7 @@ class dotnet_policy final : public gc_policy {
     outcome o;
     if (step_full_cycle(gc_reason::baseline, &o)) {
       cycle_running_ = false;
-      gen2_duration_ = now() - gen2_start_;
+      gen2_duration_ = o.seconds;
     }
     return true;
   }
