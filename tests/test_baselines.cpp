@@ -428,6 +428,17 @@ double induce_at_fourth_mib(world& w) {
   return t0;
 }
 
+// Over budget, one gen-2 started so far: none at t0 + `before`, the second
+// at t0 + `after`.
+void expect_second_gen2_between(world& w, double t0, double before, double after) {
+  w.clock.advance_to(t0 + before);
+  w.keep(MiB);
+  EXPECT_EQ(w.gc.full_starts, 1) << "started again at t0 + " << before;
+  w.clock.advance_to(t0 + after);
+  w.keep(MiB);
+  EXPECT_EQ(w.gc.full_starts, 2) << "not started again at t0 + " << after;
+}
+
 // `GetNow() - GetLastGCStartTime(2) > GetLastGCDuration(2) * 5`: three
 // slices back to back, 0.03 s of work, allow the next gen-2 after 0.15 s.
 TEST(DotNet, NoNewGen2WithinFiveDurationsOfTheLastOnesStart) {
@@ -437,12 +448,7 @@ TEST(DotNet, NoNewGen2WithinFiveDurationsOfTheLastOnesStart) {
   ASSERT_EQ(w.gc.full_cycles_done, 1);
   w.keep_mib(2);  // 4 MiB since the gen-2 started: over budget
   EXPECT_EQ(w.gc.full_starts, 1);
-  w.clock.advance_to(t0 + 0.14);
-  w.keep(MiB);
-  EXPECT_EQ(w.gc.full_starts, 1) << "0.14 s < 5 x 0.03 s";
-  w.clock.advance_to(t0 + 0.16);
-  w.keep(MiB);
-  EXPECT_EQ(w.gc.full_starts, 2);
+  expect_second_gen2_between(w, t0, 0.14, 0.16);
 }
 
 // The duration is the cycle's work (its slices), not its span: slices 0.1 s
@@ -470,12 +476,7 @@ TEST(DotNet, AOneSliceGen2IsTimedToo) {
   const double t0 = induce_at_fourth_mib(w);
   ASSERT_EQ(w.gc.full_cycles_done, 1);
   w.keep_mib(4);
-  w.clock.advance_to(t0 + 0.49);
-  w.keep(MiB);
-  EXPECT_EQ(w.gc.full_starts, 1) << "0.49 s < 5 x 0.1 s";
-  w.clock.advance_to(t0 + 0.51);
-  w.keep(MiB);
-  EXPECT_EQ(w.gc.full_starts, 2);
+  expect_second_gen2_between(w, t0, 0.49, 0.51);  // 5 x 0.1 s
 }
 
 // The induced gen-2 starts a new period when it starts: what is allocated
