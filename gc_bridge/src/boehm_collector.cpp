@@ -135,6 +135,7 @@ void init(const runtime_options& o) {
       opt.incremental = opt.incremental && GC_is_incremental_mode();
     }
     if (!runtime_owns && opt.skip_vendor_roots) GC_register_has_static_roots_callback(scan_library);
+    if (opt.markers > 0 && !GC_is_init_called()) GC_set_markers_count(opt.markers);  // before GC_INIT or never
     if (opt.finalizer_thread) GC_set_finalize_on_demand(1);
     if (opt.incremental) GC_enable_incremental();
     GC_INIT();
@@ -172,6 +173,11 @@ boehm_collector::boehm_collector() { init(); }
 void boehm_collector::collect_minor() { detail::boehm_runtime::instance().collect_minor(); }
 bool boehm_collector::has_incremental_full() const noexcept { return GC_is_incremental_mode() != 0; }
 bool boehm_collector::minor_is_whole_heap() const noexcept { return GC_is_incremental_mode() == 0; }
+bool boehm_collector::has_incremental_minor() const noexcept { return GC_is_incremental_mode() != 0; }
+void boehm_collector::start_minor() { detail::boehm_runtime::instance().start_minor(); }
+bool boehm_collector::step_minor(double budget_seconds) {
+  return detail::boehm_runtime::instance().step_minor(budget_seconds);
+}
 void boehm_collector::start_full() { detail::boehm_runtime::instance().start_full(); }
 bool boehm_collector::step_full(double budget_seconds) { return detail::boehm_runtime::instance().step_full(budget_seconds); }
 bool boehm_collector::full_in_progress() const { return detail::boehm_runtime::instance().full_in_progress(); }

@@ -68,7 +68,14 @@ void drain_all() noexcept {
 
 std::uint64_t orphaned_finalizations() noexcept { return g_orphaned.load(); }
 
-device_heap::device_heap(allocator_options a, const std::string& policy, policy_options p) {
+device_heap::device_heap(const options& o) {
+  const config c = resolve_config(o);
+  open(allocator_options::from_config(c), c.policy, policy_options::from_config(c));
+}
+
+device_heap::device_heap(allocator_options a, const std::string& policy, policy_options p) { open(a, policy, p); }
+
+void device_heap::open(const allocator_options& a, const std::string& policy, const policy_options& p) {
   init();
   alloc_ = std::make_unique<device_allocator>(a);
   policy_ = make_policy(policy, *alloc_, collector_, p);
@@ -84,12 +91,25 @@ device_heap::device_heap(allocator_options a, const std::string& policy, policy_
   GCPRESSURE_FAIL("device_heap: more than 256 heaps alive at once");
 }
 
-std::unique_ptr<device_heap> device_heap::from_env() {
-  const config c = config_from_env();
-  return std::make_unique<device_heap>(allocator_options::from_config(c), c.policy, policy_options::from_config(c));
-}
+std::unique_ptr<device_heap> device_heap::from_env() { return std::make_unique<device_heap>(); }
 
-device_heap::~device_heap() {
+namespace {
+// Note [Exact accounting under a conservative collector] (tests/test_boehm.cpp):
+// the collector's own frames, built over this region, may keep stale copies
+// of handle pointers from earlier deeper calls. Zeroing it first lets the
+// teardown collection find every dropped handle that only such a copy holds.
+[[gnu::noinline]] void scrub_stack_below() {
+  volatile char buf[32 * 1024];
+  for (auto& c : buf) c = 0;
+}
+}  // namespace
+
+void device_heap::shutdown() {
+  if (!alloc_) return;
+  scrub_stack_below();
+  collector_.collect_full();
+  collector_.run_finalizers();
+  alloc_->drain();
   // Note [Shutdown]: finalizers that run from now on see a new generation and
   // do nothing; wait for those already looking at the allocator.
   detail::slot& s = g_slots[slot_];
@@ -101,8 +121,25 @@ device_heap::~device_heap() {
   alloc_.reset();
 }
 
+device_heap::~device_heap() { shutdown(); }
+
+device_allocator& device_heap::allocator() {
+  if (!alloc_) GCPRESSURE_FAIL("device_heap: used after shutdown()");
+  return *alloc_;
+}
+
+gc_policy& device_heap::policy() {
+  if (!policy_) GCPRESSURE_FAIL("device_heap: used after shutdown()");
+  return *policy_;
+}
+
+allocator_stats device_heap::stats() const {
+  if (!alloc_) GCPRESSURE_FAIL("device_heap: used after shutdown()");
+  return alloc_->stats();
+}
+
 buffer* device_heap::alloc(std::size_t bytes, stream_ref stream) {
-  void* p = alloc_->allocate(bytes, stream);
+  void* p = allocator().allocate(bytes, stream);
   // Note [Handles come from the global free lists]
   // Not GC_MALLOC_ATOMIC: with thread-local allocation (GC_THREADS), objects
   // on a thread's local free list are marked at every collection (bdwgc's
@@ -125,6 +162,7 @@ buffer* device_heap::alloc(std::size_t bytes, stream_ref stream) {
 
 void device_heap::unsafe_free(buffer* b) {
   if (!b) GCPRESSURE_FAIL("unsafe_free: null buffer");
+  if (!alloc_) GCPRESSURE_FAIL("device_heap: used after shutdown()");
   if (b->slot != slot_ || b->generation != generation_) misuse(b, "unsafe_free: the buffer belongs to another heap");
   int expected = live;
   if (!b->state.compare_exchange_strong(expected, freed))
@@ -145,6 +183,14 @@ void* device_heap::data(const buffer* b) {
 
 std::size_t device_heap::size(const buffer* b) noexcept { return b ? b->bytes : 0; }
 stream_ref device_heap::stream(const buffer* b) noexcept { return b ? b->stream : nullptr; }
-bool device_heap::is_live(const buffer* b) noexcept { return b && b->state.load() == live; }
+bool device_heap::is_live(const buffer* b) noexcept {
+  if (!b || b->state.load() != live) return false;
+  const detail::slot& s = g_slots[b->slot];
+  return s.generation.load() == b->generation && s.alloc.load() != nullptr;  // false once its heap is gone
+}
+
+void* alloc_array_object(std::size_t bytes) noexcept {
+  return GC_generic_malloc(bytes, GC_I_NORMAL);  // Note [Handles come from the global free lists]
+}
 
 }  // namespace gcpressure::boehm

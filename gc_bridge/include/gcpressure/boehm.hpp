@@ -23,16 +23,29 @@
 
 #include "gcpressure/allocator.hpp"
 #include "gcpressure/collector.hpp"
+#include "gcpressure/config.hpp"
 #include "gcpressure/policy.hpp"
 
 namespace gcpressure::boehm {
 
 struct runtime_options {
   bool incremental = true;        // generational + incremental mode (mprotect dirty bits here)
-  unsigned long time_limit_ms = 2;  // Boehm's own slice length in incremental mode
+  // Boehm's own time limit outside the policy's slices. 0 (default): none —
+  // generational mode only, so the mutator's allocations never do marking
+  // work of a cycle in progress (bdwgc's GC_allocobj does "its share" only
+  // with a limit set); the policy advances its cycles itself, in slices it
+  // times (Note [Who advances a cycle] in gc_bridge/src/boehm_runtime.cpp).
+  unsigned long time_limit_ms = 0;
   bool finalizer_thread = true;   // GC_set_finalize_on_demand(1) + a thread woken by the notifier
-  int full_freq = -1;             // partial collections between full ones; -1: Boehm's default (19)
+  int full_freq = -1;             // partial collections between full ones; -1: Boehm's default (19,
+                                  // or GC_FULL_FREQUENCY) - Note [Who owns whole-heap cycles]
   bool skip_vendor_roots = true;  // do not scan CUDA/cuBLAS/NCCL data segments as roots
+  // Parallel mark threads, the initiating one included (GC_set_markers_count
+  // before GC_INIT); 0: Boehm decides (the number of CPUs). Boehm's GC_MARKERS
+  // variable wins over this. No effect when bdwgc was initialised before
+  // (by the runtime). Only stopped marks without a time limit run in
+  // parallel (the policy's minors; not the time-limited slices).
+  unsigned markers = 0;
 };
 
 // Initialises Boehm for the process once: GC_INIT, thread registration,
@@ -69,6 +82,10 @@ class boehm_collector final : public collector {
   boehm_collector();
   const char* name() const noexcept override { return "boehm"; }
   void collect_minor() override;
+  // Sliced partial cycles in incremental mode (Note [Sliced minors]).
+  bool has_incremental_minor() const noexcept override;
+  void start_minor() override;
+  bool step_minor(double budget_seconds) override;
   bool has_incremental_full() const noexcept override;
   bool minor_is_whole_heap() const noexcept override;
   void start_full() override;
@@ -94,17 +111,35 @@ struct buffer;
 
 // One device: allocator + Boehm collector + policy, and GC-owned buffers.
 // Thread safety: every member is thread-safe for threads registered with
-// Boehm. From a finalizer: only unsafe_free() and the static accessors.
+// Boehm, except shutdown() and the destructor. From a finalizer: only
+// unsafe_free() and the static accessors. Calls boehm::init() (defaults)
+// if the program did not.
 class device_heap {
  public:
-  explicit device_heap(allocator_options a = {}, const std::string& policy = "pressure", policy_options p = {});
-  // From GCPRESSURE_* (backend, limits, policy, budget). Throws logic_error on a bad value.
+  // Note [The environment is the default layer] (config.hpp): the GCPRESSURE_*
+  // variables over the built-in defaults, and what `o` sets over both.
+  // Throws logic_error naming the variable or option on a bad value.
+  device_heap() : device_heap(options{}) {}
+  explicit device_heap(const options& o);
+  // Everything given: no GCPRESSURE_* variable is read.
+  device_heap(allocator_options a, const std::string& policy, policy_options p = {});
+  // The same as device_heap(), on the heap.
   static std::unique_ptr<device_heap> from_env();
-  // Note [Shutdown]: later finalizers of this heap's buffers do nothing; their
-  // blocks go back with the allocator. data() on them throws logic_error.
+  // shutdown(), then the heap is gone.
   ~device_heap();
   device_heap(const device_heap&) = delete;
   device_heap& operator=(const device_heap&) = delete;
+
+  // Note [Clean teardown]: a blocking whole-heap collection, the finalizers
+  // it made pending, a drain, then the allocator is released. Buffers that
+  // are garbage return their blocks first, so only buffers still reachable
+  // (a handle kept in a root: a genuine leak) are reported as leaked.
+  // Note [Shutdown]: later finalizers of this heap's buffers do nothing;
+  // their blocks went with the allocator; data() on them throws logic_error
+  // and is_live() is false. Every other member throws logic_error
+  // afterwards. Idempotent. Not thread-safe against other calls on this
+  // heap (none may run meanwhile); not from a finalizer or a collection.
+  void shutdown();
 
   // A GC-owned device buffer of `bytes` on `stream`. Never returns null:
   // throws out_of_memory (after the reclaim ladder) or logic_error (0 bytes).
@@ -118,6 +153,7 @@ class device_heap {
   static void* data(const buffer* b);
   static std::size_t size(const buffer* b) noexcept;
   static stream_ref stream(const buffer* b) noexcept;
+  // Not unsafe-freed, not finalized, and its heap is alive. Finalizer-safe.
   static bool is_live(const buffer* b) noexcept;
 
   // Hints for the policy (see gc_policy). Thread-safe (registered threads);
@@ -125,21 +161,24 @@ class device_heap {
   // quiet_moment: few temporaries are alive. will_block: the host is about
   // to wait for the device (for runtimes that cannot route their syncs
   // through synchronize()).
-  void quiet_moment(bool will_block = false) { policy_->quiet_moment(will_block); }
-  void iteration() { policy_->iteration(); }
+  void quiet_moment(bool will_block = false) { policy().quiet_moment(will_block); }
+  void iteration() { policy().iteration(); }
   // The host is about to wait for the work queued on `stream`: due
   // collection work runs while that work still runs, then this blocks until
   // it has completed (gc_policy::synchronize). Use it instead of the
   // runtime's own stream sync. Thread-safe; not from a finalizer.
-  void synchronize(stream_ref stream = nullptr) { policy_->synchronize(stream); }
-  void collect(gc_kind k) { policy_->collect(k); }
+  void synchronize(stream_ref stream = nullptr) { policy().synchronize(stream); }
+  void collect(gc_kind k) { policy().collect(k); }
 
-  device_allocator& allocator() noexcept { return *alloc_; }
-  gc_policy& policy() noexcept { return *policy_; }
+  // logic_error after shutdown().
+  device_allocator& allocator();
+  gc_policy& policy();
   boehm_collector& gc() noexcept { return collector_; }
-  allocator_stats stats() const { return alloc_->stats(); }
+  allocator_stats stats() const;
 
  private:
+  void open(const allocator_options& a, const std::string& policy, const policy_options& p);
+
   std::unique_ptr<device_allocator> alloc_;
   boehm_collector collector_;
   std::unique_ptr<gc_policy> policy_;
@@ -149,5 +188,16 @@ class device_heap {
 
 // Handles finalized whose heap was already gone (Note [Shutdown]).
 std::uint64_t orphaned_finalizations() noexcept;
+
+// A GC object of `bytes`, scanned for pointers, from Boehm's global free
+// lists: allocate the runtime's array object (the host object that points at
+// a buffer) with this. An object from a thread-local free list (GC_MALLOC
+// under GC_THREADS) is often born marked and then survives every partial
+// collection until a whole-heap one, and so does the device buffer it keeps
+// alive: minors would promote young device garbage (Note [Handles come from
+// the global free lists] in device_heap.cpp; measured in tests/test_boehm.cpp
+// and bench/RESULTS.md). nullptr when the host heap is exhausted.
+// Thread-safe for threads registered with Boehm; finalizer-safe.
+void* alloc_array_object(std::size_t bytes) noexcept;
 
 }  // namespace gcpressure::boehm
