@@ -14,6 +14,8 @@
 #                       costs ~85 ms/iter (a capped run reports
 #                       stopped_early and its iterations)
 #   TIMEOUT=590         seconds per heap size (the runs done by then are kept)
+#   BACKEND=cuda_async, SHAPE="--layers 8 --d 4096 --batch 1024"  (e.g. BACKEND=host
+#                       SHAPE="" to try the script on a machine without a GPU)
 # Writes OUT_DIR/matrix-<date>-heap<MiB>.jsonl (a JSON line per run, printed as
 # each run ends) and .err, and OUT_DIR/matrix-<date>.md: bench/summarize.py's
 # table, when python3 is there (else run summarize.py on the JSONL files).
@@ -23,14 +25,15 @@ set -uo pipefail
 build=$1; out=$2; iters=${3:-300}; reps=${4:-3}
 heaps=${HEAPS:-0 256 1024}
 cap=${MAX_SECONDS:-2}
-shape="--layers 8 --d 4096 --batch 1024"
+shape=${SHAPE-"--layers 8 --d 4096 --batch 1024"}
+backend=${BACKEND:-cuda_async}
 mkdir -p "$out"
 stamp=$(date -u +%Y-%m-%d)
 rc=0
 for mib in $heaps; do
   f="$out/matrix-$stamp-heap$mib.jsonl"
   start=$(date +%s)
-  timeout "${TIMEOUT:-590}" "$build/examples/forward_loop" --backend cuda_async --policy all --workload all \
+  timeout "${TIMEOUT:-590}" "$build/examples/forward_loop" --backend "$backend" --policy all --workload all \
     --reps "$reps" --iters "$iters" $shape --host-heap-mib "$mib" --max-seconds "$cap" --json --quiet \
     2>"$out/matrix-$stamp-heap$mib.err" | grep '^{' >"$f"
   status=${PIPESTATUS[0]}
