@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The forward-loop matrix on the H200 (or any CUDA machine): every policy run
-# once with a trace, then the forward/* benchmarks. Usage:
+# once with a trace, then the forward/* benchmarks (now policy x heap x
+# workload: 72 cases; narrow --benchmark_filter for a shorter run). The
+# repeated matrix of RESULTS.md is bench/h200_matrix.sh. Usage:
 #   bench/h200_forward.sh BUILD_DIR OUT_DIR [ITERS]
 # Model: 8 Dense layers, d=4096, batch=1024 (512 MiB of weights, 256 MiB of
 # temporaries per iteration); hard limit: forward_loop's default (50% of the GPU).
