@@ -12,6 +12,8 @@ process, and the accounting identities every run must satisfy:
   final_live_bytes == model_bytes under explicit_free, but for promote
                                             (the oracle freed every dead array;
                                             promote's ring still holds some)
+  peak_live_bytes >= 0.5 x hard_limit under explicit_free/burst once a
+      burst ran (the burst step really holds half the hard limit at once)
 
 Usage: matrix_check.py FORWARD_LOOP HEAP_MIB [extra forward_loop flags...]
 Exit 0 when every identity holds for every run, 1 otherwise (each failure
@@ -25,7 +27,8 @@ import sys
 # the Debug sanitizer build), 200 iterations; every run is capped at 6 s of
 # loop time (every_iteration collects the whole heap each iteration), and the
 # burst workload bursts every 20 iterations so that a capped run still has one.
-FLAGS = ["--backend", "host", "--policy", "all", "--workload", "all", "--iters", "200", "--burst-every", "20",
+BURST_EVERY = 20
+FLAGS = ["--backend", "host", "--policy", "all", "--workload", "all", "--iters", "200", "--burst-every", str(BURST_EVERY),
          "--hard-limit", "64MiB", "--max-seconds", "6", "--json", "--quiet"]
 EPS = 1e-6
 
@@ -48,6 +51,9 @@ def check(run):
             run["final_live_bytes"] != run["model_bytes"]:
         bad.append("the oracle left %d live bytes after the loop, its model is %d" % (
             run["final_live_bytes"], run["model_bytes"]))
+    if run["policy"] == "explicit_free" and run["workload"] == "burst" and run["iterations"] >= BURST_EVERY and \
+            run["peak_live_bytes"] < 0.5 * run["hard_limit"]:
+        bad.append("burst: peak live %d < half the hard limit %d" % (run["peak_live_bytes"], run["hard_limit"]))
     if run["iterations"] < 1:
         bad.append("no iteration ran")
     return bad
