@@ -17,7 +17,7 @@ int main() {
   const std::size_t mib = std::size_t{1} << 20;
   std::size_t peak = 0;
   {
-    boehm::device_heap heap(allocator_options::from_config(c), c.policy, policy_options::from_config(c));
+    boehm::device_heap heap(o);  // resolves o the same way
     for (int it = 0; it < 200; ++it) {
       boehm::buffer* x = heap.alloc(mib);
       if (!boehm::device_heap::data(x)) return std::puts("consumer: null device pointer"), 1;
@@ -25,8 +25,7 @@ int main() {
       if (heap.allocator().reserved_bytes() > peak) peak = heap.allocator().reserved_bytes();
     }
     if (heap.allocator().hard_limit() != 32 * mib) return std::puts("consumer: hard limit not applied"), 1;
-    heap.collect(gc_kind::blocking_full);  // the README's teardown: collect, finalize, drain
-  }
+  }  // ~device_heap: the clean teardown
   if (peak > 32 * mib) return std::printf("consumer: peak %zu above the hard limit\n", peak), 1;
   std::printf("consumer: 200 MiB through a 32 MiB limit, peak reserved %zu MiB, policy %s\n", peak / mib,
               c.policy.c_str());
