@@ -5,6 +5,10 @@
 //   alloc/cuda_malloc/<bytes>        cudaMalloc + cudaFree (cuda_resource)
 //   alloc/cuda_malloc_async/<bytes>  cudaMallocFromPoolAsync + cudaFreeAsync on a
 //                                    stream, driver pool kept warm
+//   alloc/pool_hit_threads/<n>       4 KiB pool hits on one device_allocator
+//                                    shared by n threads (the timed one and
+//                                    n-1 doing the same), each on its own
+//                                    stream; cuda_async with a GPU, else host
 //
 // Every case times the pair on the calling thread; read the wall-clock "Time"
 // column (the CUDA calls can block in the driver, which CPU time hides). Not
@@ -12,13 +16,18 @@
 // exactly as above. CUDA cases skip with an error where there is no device.
 #include <benchmark/benchmark.h>
 
+#include <atomic>
 #include <cstddef>
 #include <limits>
+#include <memory>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "gcpressure/allocator.hpp"
 #include "gcpressure/cuda_resource.hpp"
+#include "gcpressure/host_resource.hpp"
 
 namespace gcp = gcpressure;
 
@@ -85,6 +94,59 @@ void cuda_malloc_async(benchmark::State& state, std::size_t bytes) {
   gcp::cuda_stream_destroy(s);
 }
 
+// A stream per thread: host_stream or a CUDA stream.
+struct bench_stream {
+  explicit bench_stream(bool cuda) : cuda_(cuda) {
+    if (cuda_) ref_ = gcp::cuda_stream_create();
+    else host_ = std::make_unique<gcp::host_stream>(), ref_ = host_->ref();
+  }
+  ~bench_stream() {
+    if (cuda_) gcp::cuda_stream_destroy(ref_);
+  }
+  bench_stream(const bench_stream&) = delete;
+  bench_stream& operator=(const bench_stream&) = delete;
+  gcp::stream_ref ref() const { return ref_; }
+
+ private:
+  bool cuda_;
+  std::unique_ptr<gcp::host_stream> host_;
+  gcp::stream_ref ref_ = nullptr;
+};
+
+// Pool hits while n-1 other threads hit the same pool: what the pool lock
+// costs under contention (Note [Waiting outside the lock] in
+// core/src/pool_resource.cpp keeps event waits out of it).
+void pool_hit_threads(benchmark::State& state, int threads) {
+  constexpr std::size_t bytes = 4096;
+  const bool cuda = gcp::cuda_available();
+  gcp::allocator_options o;
+  o.backend = cuda ? gcp::backend_kind::cuda_async : gcp::backend_kind::host;
+  std::vector<std::unique_ptr<bench_stream>> streams;  // outlive the allocator
+  for (int t = 0; t < threads; ++t) streams.push_back(std::make_unique<bench_stream>(cuda));
+  gcp::device_allocator a(o);
+  for (int t = 0; t < threads; ++t) {
+    a.free(a.allocate(bytes, streams.back()->ref()), bytes, streams.back()->ref());  // warm each stream's list
+  }
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> others;
+  for (int t = 1; t < threads; ++t)
+    others.emplace_back([&, s = streams[static_cast<std::size_t>(t)]->ref()] {
+      while (!stop.load(std::memory_order_relaxed)) a.free(a.allocate(bytes, s), bytes, s);
+    });
+  const gcp::stream_ref mine = streams[0]->ref();
+  for (auto _ : state) {
+    void* p = a.allocate(bytes, mine);
+    benchmark::DoNotOptimize(p);
+    a.free(p, bytes, mine);
+  }
+  stop = true;
+  for (auto& t : others) t.join();
+  for (auto& s : streams) a.forget_stream(s->ref());
+  const auto st = a.stats();
+  state.counters["hit_rate"] = st.allocations ? static_cast<double>(st.pool_hits) / static_cast<double>(st.allocations) : 0;
+  state.SetLabel(gcp::to_string(o.backend));
+}
+
 template <class Fn>
 void add(const std::string& name, Fn&& fn) {
   benchmark::RegisterBenchmark(name.c_str(), std::forward<Fn>(fn));
@@ -100,6 +162,8 @@ bool register_alloc_benchmarks() {
     add("alloc/cuda_malloc/" + bytes, [n](benchmark::State& st) { cuda_malloc(st, n); });
     add("alloc/cuda_malloc_async/" + bytes, [n](benchmark::State& st) { cuda_malloc_async(st, n); });
   }
+  for (int t : {1, 2, 8})
+    add("alloc/pool_hit_threads/" + std::to_string(t), [t](benchmark::State& st) { pool_hit_threads(st, t); });
   return true;
 }
 

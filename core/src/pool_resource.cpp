@@ -654,7 +654,10 @@ void pool_resource::forget_stream(stream_ref stream) {
     for (block* b : moved) s.insert_free(b);
     // Live blocks allocated on it keep it as owner only until they are freed
     // (on a stream the caller names), so nothing else refers to it.
-    if (done) return;
+    if (done) {
+      s.reindex_safe();  // its blocks merge with safe neighbours: whole free segments can be released
+      return;
+    }
   }
 }
 
