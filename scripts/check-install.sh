@@ -79,6 +79,15 @@ while read -r snippet; do
   run_clean "$name" "$work/consumer/$name"
 done <"$work/snippets.list"
 run_ok cxx_consumer "$work/consumer/cxx_consumer"
+# The environment as the default layer, in an installed program: a variable
+# fills what the program left unset, an explicit option wins over its
+# variable, and a misspelt name is reported with the closest option.
+step "GCPRESSURE_* in the consumer: default layer, explicit option wins, misspelling reported"
+GCPRESSURE_POLICY=every_iteration GCPRESSURE_HARD_LIMIT=64MiB GCPRESSURE_HARD_LIMT=1GiB \
+  run_ok cxx_consumer_env "$work/consumer/cxx_consumer" >"$work/cxx_consumer_env.stdout"
+cat "$work/cxx_consumer_env.stdout"
+grep -q "policy every_iteration" "$work/cxx_consumer_env.stdout" || fail "GCPRESSURE_POLICY did not reach an installed program"
+grep -q "did you mean GCPRESSURE_HARD_LIMIT?" "$work/cxx_consumer_env.stderr" || fail "no warning for GCPRESSURE_HARD_LIMT"
 run_ok c_consumer_cmake "$work/consumer/c_consumer_cmake"
 
 step "C consumer through pkg-config"
