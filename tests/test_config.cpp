@@ -565,6 +565,8 @@ TEST(UnknownEnv, MisspellingIsReportedWithTheClosestName) {
   extra_env typo("GCPRESSURE_HARD_LIMT", "1GiB");
   extra_env other("GCPRESSURE_QQQQQQQQQQQQQQQ", "1");
   extra_env tool("GCPRESSURE_TEST_SOMETHING", "1");
+  extra_env torch("GCPRESSURE_TORCH_LIB", "/x.so");
+  extra_env fuzz("GCPRESSURE_FUZZ_SECONDS", "5");
   const auto w = detail::unknown_env_warnings();
   std::string all;
   for (const auto& m : w) all += m + "\n";
@@ -572,6 +574,8 @@ TEST(UnknownEnv, MisspellingIsReportedWithTheClosestName) {
   EXPECT_TRUE(contains(all, "did you mean GCPRESSURE_HARD_LIMIT?")) << all;
   EXPECT_TRUE(contains(all, "GCPRESSURE_QQQQQQQQQQQQQQQ is not a gcpressure option")) << all;
   EXPECT_FALSE(contains(all, "GCPRESSURE_TEST_SOMETHING")) << all;
+  EXPECT_FALSE(contains(all, "GCPRESSURE_TORCH_LIB")) << all;
+  EXPECT_FALSE(contains(all, "GCPRESSURE_FUZZ_SECONDS")) << all;
   for (const auto& var : gcp_test::gcpressure_env_vars()) EXPECT_FALSE(contains(all, var + " ")) << all;
 }
 

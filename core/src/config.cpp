@@ -173,13 +173,13 @@ std::size_t parse_bytes(const char* name, const char* v) {
 
 // Variables of the project's tools and tests (not options): never "unknown".
 const char* const k_tool_variables[] = {
-    "GCPRESSURE_LIB",         "GCPRESSURE_TORCH_LIB",     "GCPRESSURE_TORCH_OOM",      "GCPRESSURE_LUA_CUDA",
+    "GCPRESSURE_LIB",         "GCPRESSURE_LUA_CUDA",
     "GCPRESSURE_FUZZ",        "GCPRESSURE_FUZZ_SECONDS",  "GCPRESSURE_FAULT_OPS",      "GCPRESSURE_GPU_FAULT_OPS",
     "GCPRESSURE_SOAK_ALLOCS", "GCPRESSURE_SOAK_WATCHDOG_S", "GCPRESSURE_GPU_SOAK_ALLOCS", "GCPRESSURE_SHUTDOWN_RUNS",
     "GCPRESSURE_SHUTDOWN_CYCLES", "GCPRESSURE_SANITIZE",  "GCPRESSURE_WITH_CUDA",
 };
 // Prefixes reserved for tools and tests, so new test knobs need no entry here.
-const char* const k_tool_prefixes[] = {"GCPRESSURE_TEST_", "GCPRESSURE_BENCH_", "GCPRESSURE_CI_"};
+const char* const k_tool_prefixes[] = {"GCPRESSURE_TEST_", "GCPRESSURE_BENCH_", "GCPRESSURE_CI_", "GCPRESSURE_TORCH_"};
 
 bool known_variable(std::string_view name) {
   for (const option_info* o = k_options; o->env; ++o)
