@@ -293,7 +293,8 @@ static void test_options(void) {
   CHECK(o.struct_size == sizeof o);
   CHECK(o.backend == GCPRESSURE_BACKEND_AUTO);
   CHECK(o.collector == GCPRESSURE_COLLECTOR_CALLBACKS);
-  CHECK(o.device == 0 && o.host_capacity == 0 && o.every_n == 0 && o.read_env == 0 && o.gc_budget == 0.0);
+  CHECK(o.device == -1); /* unset: GCPRESSURE_DEVICE, else 0 */
+  CHECK(o.host_capacity == 0 && o.every_n == 0 && o.read_env == 0 && o.gc_budget == 0.0);
   CHECK(o.soft_limit == NULL && o.hard_limit == NULL && o.policy == NULL);
   gcpressure_options_init(NULL); /* must not crash */
 
@@ -347,7 +348,7 @@ static void test_options(void) {
   CHECK_ST(gcpressure_create(&bad, &a), GCPRESSURE_ERR_INVALID);
   CHECK_ERR_HAS("collector");
   bad = o;
-  bad.device = -1;
+  bad.device = -2;
   CHECK_ST(gcpressure_create(&bad, &a), GCPRESSURE_ERR_INVALID);
   bad = o;
   bad.gc_budget = 1.5;
@@ -733,6 +734,95 @@ static void test_collector_callbacks(void) {
   printf("  pressure over 400 MiB of garbage (64 MiB limit): %d minor, %d full, %d incremental slices\n", g.minor,
          g.full, g.step_full);
   fake_free_all(&g);
+  CHECK_ST(gcpressure_destroy(a), GCPRESSURE_OK);
+}
+
+/* --- the C contract ----------------------------------------------------------
+ * The environment is the default layer (unset fields take GCPRESSURE_*, set
+ * ones win); a soft limit above the hard one is an error at create and in
+ * set_limits; the last error is errno-like (not cleared by success); a
+ * double or foreign release from a finalizer is reported at the next drain. */
+static void test_contract_env(void) {
+  setenv("GCPRESSURE_BACKEND", "host", 1);
+  setenv("GCPRESSURE_HARD_LIMIT", "3MiB", 1);
+  setenv("GCPRESSURE_POLICY", "at_limit", 1);
+  gcpressure_options o;
+  gcpressure_options_init(&o);
+  o.host_capacity = 64 * MiB;
+  gcpressure_allocator* a = NULL;
+  CHECK_ST(gcpressure_create(&o, &a), GCPRESSURE_OK);
+  fake_gc g;
+  fake_init(&g, a);
+  CHECK_ST(fake_register(&g, 1, 0), GCPRESSURE_OK);
+  char* j = stats(a);
+  CHECK(json_int(j, "hard_limit") == (long long)(3 * MiB));
+  CHECK(j && strstr(j, "\"policy\":\"at_limit\"") && strstr(j, "\"backend\":\"host\""));
+  free(j);
+  CHECK_ST(gcpressure_destroy(a), GCPRESSURE_OK);
+  o.hard_limit = "5MiB";
+  o.policy = "pressure";
+  CHECK_ST(gcpressure_create(&o, &a), GCPRESSURE_OK);
+  fake_init(&g, a);
+  CHECK_ST(fake_register(&g, 1, 0), GCPRESSURE_OK);
+  j = stats(a);
+  CHECK(json_int(j, "hard_limit") == (long long)(5 * MiB));
+  CHECK(j && strstr(j, "\"policy\":\"pressure\""));
+  free(j);
+  CHECK_ST(gcpressure_destroy(a), GCPRESSURE_OK);
+  setenv("GCPRESSURE_HARD_LIMIT", "lots", 1);
+  o.hard_limit = NULL;
+  CHECK_ST(gcpressure_create(&o, &a), GCPRESSURE_ERR_INVALID);
+  CHECK_ERR_HAS("GCPRESSURE_HARD_LIMIT");
+  unsetenv("GCPRESSURE_BACKEND");
+  unsetenv("GCPRESSURE_HARD_LIMIT");
+  unsetenv("GCPRESSURE_POLICY");
+}
+
+static void test_contract(void) {
+  gcpressure_options o;
+  gcpressure_options_init(&o);
+  o.backend = GCPRESSURE_BACKEND_HOST;
+  o.host_capacity = 64 * MiB;
+  o.hard_limit = "8MiB";
+  o.soft_limit = "16MiB";
+  gcpressure_allocator* a = NULL;
+  CHECK_ST(gcpressure_create(&o, &a), GCPRESSURE_ERR_INVALID);
+  CHECK_ERR_HAS("above the hard limit");
+  CHECK(a == NULL);
+  o.soft_limit = "80%"; /* of the 64 MiB device: 51 MiB */
+  CHECK_ST(gcpressure_create(&o, &a), GCPRESSURE_ERR_INVALID);
+  o.soft_limit = "8MiB";
+  CHECK_ST(gcpressure_create(&o, &a), GCPRESSURE_OK);
+  if (!a) return;
+  CHECK_ST(gcpressure_set_limits(a, 16 * MiB, 0), GCPRESSURE_ERR_INVALID);
+  CHECK_ERR_HAS("soft limit above hard limit");
+  CHECK_ST(gcpressure_set_limits(a, 0, 4 * MiB), GCPRESSURE_OK); /* the soft limit left as is follows */
+  CHECK(stat_int(a, "soft_limit") == (long long)(4 * MiB) && stat_int(a, "hard_limit") == (long long)(4 * MiB));
+
+  /* errno-like: a success does not clear the last error */
+  void* p = NULL;
+  CHECK_ST(gcpressure_alloc(a, 0, NULL, &p), GCPRESSURE_ERR_INVALID);
+  char msg[256];
+  snprintf(msg, sizeof msg, "%s", gcpressure_last_error());
+  CHECK(msg[0] != '\0');
+  size_t live = 1;
+  CHECK_ST(gcpressure_usage(a, &live, NULL), GCPRESSURE_OK);
+  CHECK(strcmp(gcpressure_last_error(), msg) == 0);
+
+  /* foreign and double releases: accepted now, reported at the next drain */
+  static char foreign[256];
+  const long long misuse0 = stat_int(a, "misuse_errors");
+  CHECK_ST(gcpressure_release_from_finalizer(a, foreign, sizeof foreign, NULL), GCPRESSURE_OK);
+  CHECK(stat_int(a, "misuse_errors") == misuse0);
+  fprintf(stderr, "  (two misuse reports are expected here)\n");
+  CHECK_ST(gcpressure_drain(a), GCPRESSURE_OK);
+  CHECK(stat_int(a, "misuse_errors") == misuse0 + 1);
+  CHECK_ST(gcpressure_alloc(a, 4096, NULL, &p), GCPRESSURE_OK);
+  CHECK_ST(gcpressure_release_from_finalizer(a, p, 4096, NULL), GCPRESSURE_OK);
+  CHECK_ST(gcpressure_release_from_finalizer(a, p, 4096, NULL), GCPRESSURE_OK);
+  CHECK_ST(gcpressure_drain(a), GCPRESSURE_OK);
+  CHECK(stat_int(a, "misuse_errors") == misuse0 + 2);
+  CHECK(live_of(a) == 0);
   CHECK_ST(gcpressure_destroy(a), GCPRESSURE_OK);
 }
 
@@ -1238,6 +1328,8 @@ int main(void) {
       {"stats_json", test_stats_json},
       {"release_and_drain", test_release_and_drain},
       {"collector_callbacks", test_collector_callbacks},
+      {"contract_env", test_contract_env},
+      {"contract", test_contract},
       {"own_collections", test_own_collections},
       {"sync_hint", test_sync_hint},
       {"reentrancy", test_reentrancy},

@@ -217,6 +217,31 @@ gcpressure_status guarded(F&& f) noexcept {
                                            " called from inside a collection; not allowed there"); \
   } while (0)
 
+// Note [C options over the environment]: a field left as
+// gcpressure_options_init made it (NULL, 0, device -1, BACKEND_AUTO) is
+// unset, so the GCPRESSURE_* variable, then the built-in default, applies.
+gcpressure_status read_options(const gcpressure_options& o, options& out) {
+  switch (enum_value(o.backend)) {
+    case GCPRESSURE_BACKEND_AUTO: break;
+    case GCPRESSURE_BACKEND_HOST: out.backend = backend_choice::host; break;
+    case GCPRESSURE_BACKEND_CUDA: out.backend = backend_choice::cuda; break;
+    case GCPRESSURE_BACKEND_CUDA_ASYNC: out.backend = backend_choice::cuda_async; break;
+    default: return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: unknown backend");
+  }
+  if (o.device < -1) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: negative device");
+  if (o.device >= 0) out.device = o.device;
+  if (o.host_capacity) out.host_capacity = o.host_capacity;
+  if (o.soft_limit) out.soft_limit = parse_size(o.soft_limit, "options.soft_limit");
+  if (o.hard_limit) out.hard_limit = parse_size(o.hard_limit, "options.hard_limit");
+  if (o.policy) out.policy = o.policy;
+  if (!(o.gc_budget >= 0 && o.gc_budget <= 1))
+    return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: gc_budget must be in [0, 1]");
+  if (o.gc_budget > 0) out.gc_budget = o.gc_budget;
+  if (o.every_n < 0) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: every_n must be >= 0");
+  if (o.every_n > 0) out.every_n = o.every_n;
+  return GCPRESSURE_OK;
+}
+
 }  // namespace
 
 extern "C" {
@@ -226,6 +251,7 @@ void gcpressure_options_init(gcpressure_options* o) {
   std::memset(o, 0, sizeof *o);
   o->struct_size = sizeof *o;
   o->backend = GCPRESSURE_BACKEND_AUTO;
+  o->device = -1;  // unset: GCPRESSURE_DEVICE, else 0
   o->collector = GCPRESSURE_COLLECTOR_CALLBACKS;
 }
 
@@ -262,44 +288,35 @@ gcpressure_status gcpressure_create(const gcpressure_options* o, gcpressure_allo
     return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: options.struct_size is wrong; call gcpressure_options_init first");
   GCP_NOT_IN_COLLECTION("gcpressure_create");
   return guarded([&]() -> gcpressure_status {
-    config c;
-    switch (enum_value(o->backend)) {
-      case GCPRESSURE_BACKEND_AUTO: break;
-      case GCPRESSURE_BACKEND_HOST: c.backend = backend_choice::host; break;
-      case GCPRESSURE_BACKEND_CUDA: c.backend = backend_choice::cuda; break;
-      case GCPRESSURE_BACKEND_CUDA_ASYNC: c.backend = backend_choice::cuda_async; break;
-      default: return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: unknown backend");
-    }
-    if (o->device < 0) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: negative device");
-    c.device = o->device;
-    if (o->host_capacity) c.host_capacity = o->host_capacity;
-    if (o->soft_limit) c.soft_limit = parse_size(o->soft_limit, "options.soft_limit");
-    if (o->hard_limit) c.hard_limit = parse_size(o->hard_limit, "options.hard_limit");
-    if (o->policy) c.policy = o->policy;
-    if (o->gc_budget < 0 || o->gc_budget > 1) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: gc_budget must be in [0, 1]");
-    if (o->gc_budget > 0) c.gc_budget = o->gc_budget;
-    if (o->every_n < 0) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: every_n must be >= 0");
-    if (o->every_n > 0) c.every_n = o->every_n;
-    if (o->read_env) c = config_from_env(c);  // the header: GCPRESSURE_* variables override the fields
+    options opts;
+    if (const gcpressure_status st = read_options(*o, opts); st != GCPRESSURE_OK) return st;
+    // Note [The environment is the default layer]; read_env (legacy): the
+    // variables override the fields instead.
+    const config c = o->read_env ? config_from_env(apply_options(opts, config{})) : resolve_config(opts);
     if ((c.backend == backend_choice::cuda || c.backend == backend_choice::cuda_async) && !cuda_available())
       return fail(GCPRESSURE_ERR_UNSUPPORTED, "gcpressure_create: CUDA backend asked for, but no CUDA device is usable "
                                                "(or the library was built without CUDA)");
     bool known = false;
     for (const char* const* n = policy_names(); *n; ++n) known = known || c.policy == *n;
     if (!known) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: unknown policy '" + c.policy + "'");
+    const int kind = enum_value(o->collector);
+    if (kind != GCPRESSURE_COLLECTOR_BOEHM && kind != GCPRESSURE_COLLECTOR_CALLBACKS)
+      return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: unknown collector kind");
 
     auto h = std::make_unique<gcpressure_allocator>();
     h->policy_name = c.policy;
     h->popts = policy_options::from_config(c);
     const auto ao = allocator_options::from_config(c);
-    const int kind = enum_value(o->collector);
-    if (kind != GCPRESSURE_COLLECTOR_BOEHM && kind != GCPRESSURE_COLLECTOR_CALLBACKS)
-      return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: unknown collector kind");
     if (kind == GCPRESSURE_COLLECTOR_BOEHM) {
       h->heap = std::make_unique<boehm::device_heap>(ao, c.policy, h->popts);
     } else {
       h->alloc = std::make_unique<device_allocator>(ao);
     }
+    // Note [Soft above hard]: one rule here and in gcpressure_set_limits.
+    device_allocator& al = h->a();
+    if (c.soft_limit.is_set() && c.soft_limit.resolve(al.device_memory().total) > al.hard_limit())
+      return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: soft limit " + c.soft_limit.to_string() +
+                                              " is above the hard limit (" + format_bytes(al.hard_limit()) + ")");
     *out = h.release();
     return GCPRESSURE_OK;
   });
@@ -445,8 +462,11 @@ gcpressure_status gcpressure_set_limits(gcpressure_allocator* a, size_t soft, si
   auto& al = a->a();
   const size_t h = hard ? hard : al.hard_limit();
   size_t s = soft ? soft : al.soft_limit();
+  // Note [Soft above hard]: a soft limit given above the hard limit is an
+  // error, here and in gcpressure_create; one left as it was (0 here, unset
+  // there) follows a lower hard limit.
   if (s > h && soft) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_set_limits: soft limit above hard limit");
-  if (s > h) s = h;  // the soft limit left as is follows a lower hard limit (as in gcpressure_create)
+  if (s > h) s = h;
   al.set_hard_limit(h);
   al.set_soft_limit(s);
   return GCPRESSURE_OK;

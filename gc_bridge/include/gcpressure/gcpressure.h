@@ -50,17 +50,24 @@ typedef enum gcpressure_collector_kind {
   GCPRESSURE_COLLECTOR_BOEHM = 1      /* this process's bdwgc (gcpressure_boehm_*) */
 } gcpressure_collector_kind;
 
+/* Options. gcpressure_options_init leaves every field "unset" (the values
+ * in brackets); an unset field takes the GCPRESSURE_* variable, else the
+ * built-in default, so a user can retune any program through the
+ * environment, and a field the program sets wins over the variable. A bad
+ * variable fails gcpressure_create naming it. */
 typedef struct gcpressure_options {
   size_t struct_size;       /* sizeof(gcpressure_options) */
-  gcpressure_backend backend;
-  int device;
-  size_t host_capacity;     /* simulated device size; 0: 16 GiB */
-  const char* soft_limit;   /* "4GiB", "80%", bytes; NULL: 75% of the hard limit */
-  const char* hard_limit;   /* NULL: device memory */
-  const char* policy;       /* pressure | at_limit | every_iteration | cudajl | dotnet | explicit_free; NULL: pressure */
-  double gc_budget;         /* fraction of wall time for collections; 0: 0.05 */
-  int every_n;              /* every_iteration policy; 0: 1 */
-  int read_env;             /* nonzero: GCPRESSURE_* variables override these fields */
+  gcpressure_backend backend; /* [AUTO]: GCPRESSURE_BACKEND, else auto */
+  int device;               /* [-1]: GCPRESSURE_DEVICE, else 0 */
+  size_t host_capacity;     /* simulated device size [0]: GCPRESSURE_HOST_CAPACITY, else 16 GiB */
+  const char* soft_limit;   /* "4GiB", "80%", bytes [NULL]: GCPRESSURE_SOFT_LIMIT, else 75% of the hard limit.
+                               Above the hard limit: GCPRESSURE_ERR_INVALID (as in gcpressure_set_limits) */
+  const char* hard_limit;   /* [NULL]: GCPRESSURE_HARD_LIMIT, else device memory */
+  const char* policy;       /* pressure | at_limit | every_iteration | cudajl | dotnet | explicit_free
+                               [NULL]: GCPRESSURE_POLICY, else pressure */
+  double gc_budget;         /* fraction of wall time for collections [0]: GCPRESSURE_GC_BUDGET, else 0.05 */
+  int every_n;              /* every_iteration policy [0]: GCPRESSURE_EVERY_N, else 1 */
+  int read_env;             /* legacy; nonzero: GCPRESSURE_* variables override even the fields set */
   gcpressure_collector_kind collector;
 } gcpressure_options;
 
@@ -106,17 +113,26 @@ typedef struct gcpressure_collector_callbacks {
 void gcpressure_options_init(gcpressure_options* o);
 void gcpressure_collector_callbacks_init(gcpressure_collector_callbacks* c);
 
-/* The calling thread's last error message ("" if none). The pointer stays
- * valid until the thread's next gcpressure call. Thread-safe; finalizer-safe. */
+/* The calling thread's last error message ("" if none yet). Like errno: set
+ * by every call that returns an error status, NOT cleared by calls that
+ * succeed, so read it right after a call failed. The pointer stays valid
+ * until the thread's next gcpressure call. Thread-safe; finalizer-safe. */
 const char* gcpressure_last_error(void);
 const char* gcpressure_status_string(gcpressure_status s);
 const char* gcpressure_version(void);
 
 /* Creates an allocator for one device. Thread-safe; not from a collection. */
 gcpressure_status gcpressure_create(const gcpressure_options* o, gcpressure_allocator** out);
-/* Destroys it. Live blocks: a documented leak (reported on stderr), never a
+/* Destroys it, in this order: with GCPRESSURE_COLLECTOR_BOEHM, a blocking
+ * whole-heap collection, the finalizers it made pending and a drain first
+ * (so garbage buffers return their blocks and are not reported); with
+ * callbacks, only a drain of what finalizers queued (the runtime may be
+ * half torn down: run your own full collection and finalizers first, e.g.
+ * lua_close before gcpressure_destroy). Then the memory is released.
+ * Blocks still live: a documented leak (reported on stderr), never a
  * use-after-free; later calls on `a` return GCPRESSURE_ERR_SHUTDOWN (the
- * handle's few bytes are kept as a tombstone for that). Not from a collection. */
+ * handle's few bytes are kept as a tombstone for that). Not from a
+ * collection. */
 gcpressure_status gcpressure_destroy(gcpressure_allocator* a);
 
 /* Registers the runtime's collector and (re)creates the policy over it.
@@ -133,7 +149,11 @@ gcpressure_status gcpressure_alloc(gcpressure_allocator* a, size_t bytes, void* 
  * mismatch return GCPRESSURE_ERR_MISUSE. Thread-safe; finalizer-safe. */
 gcpressure_status gcpressure_free(gcpressure_allocator* a, void* ptr, size_t bytes, void* stream);
 /* The call a runtime's finalizer makes: queues the block (lock-free, no CUDA);
- * it returns to the pool at the next safe point. Thread-safe; finalizer-safe;
+ * it returns to the pool at the next safe point. The pointer is not checked
+ * here (a finalizer has nothing to do with an error): a double or foreign
+ * release is reported at the next drain (any allocation, gcpressure_drain,
+ * a collection), as a misuse message on stderr and in misuse_errors of the
+ * stats, and the block is not freed twice. Thread-safe; finalizer-safe;
  * safe inside a collection and at any lock state. */
 gcpressure_status gcpressure_release_from_finalizer(gcpressure_allocator* a, void* ptr, size_t bytes, void* stream);
 
@@ -168,9 +188,13 @@ gcpressure_status gcpressure_usage(gcpressure_allocator* a, size_t* live, size_t
 gcpressure_status gcpressure_stats_json(gcpressure_allocator* a, char* buf, size_t cap, size_t* needed);
 
 /* --- Boehm convenience, for runtimes built on bdwgc (one bdwgc per process) --- */
-/* Initialises bdwgc for gcpressure (idempotent). incremental: generational
- * mode. finalizer_thread: on-demand finalization run by a gcpressure thread;
- * pass 0 when the runtime runs finalizers itself (e.g. Guile). */
+/* Initialises bdwgc for gcpressure (idempotent; later arguments are
+ * ignored). Call it from the main thread before other threads allocate.
+ * A plain C program passes (1, 1): incremental (generational) mode, so the
+ * policy's minor collections are cheap, and finalizers run by a gcpressure
+ * thread, so device blocks return without the program calling
+ * GC_invoke_finalizers. Pass finalizer_thread 0 only when the runtime runs
+ * bdwgc's finalizers itself (Guile; it is detected and kept anyway). */
 gcpressure_status gcpressure_boehm_init(int incremental, int finalizer_thread);
 /* A GC-owned device buffer (allocator created with GCPRESSURE_COLLECTOR_BOEHM).
  * Its finalizer queues the block. Thread-safe for registered threads. */
