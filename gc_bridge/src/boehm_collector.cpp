@@ -121,6 +121,41 @@ int GC_CALLBACK scan_library(const char* name, void*, std::size_t) {
 
 }  // namespace
 
+// Note [Who owns whole-heap cycles] (for docs/DESIGN.md; measured by h1,
+// 2026-12-01, host backend, a shared 2-core CPU machine, the tree at
+// fe57ca6: Boehm's own counts come from Note [Every collection is counted])
+// Question: should runtime_options.full_freq default to "out of reach", so
+// that only the policy starts whole-heap cycles? Answer: no; the default
+// stays Boehm's (-1: 19, or GC_FULL_FREQUENCY), because in incremental mode
+// Boehm's own whole-heap collections do not come from the frequency:
+// GC_finish_collection (alloc.c) sets GC_need_full_gc after a partial one
+// when the used heap grew by more than min_bytes_allocd() since the last
+// full, and GC_maybe_gc then runs a full whatever GC_full_freq says.
+// Measured, 3 runs each, GC_FULL_FREQUENCY=19 vs 10^9 (Boehm reads it at
+// GC_INIT; init() keeps it when full_freq is -1):
+//   build/h1/examples/forward_loop --backend host --host-heap-mib H
+//     --host-allocs A --iters 400 --json --quiet
+//   H=256 A=300 (the brief's command): Boehm's own collections 0 and 0 in
+//     every run (min_bytes_allocd scales with the 256 MiB live heap); heap in
+//     use 259-267 vs 259 MiB.
+//   H=256 A=3000: own 0 and 0; heap in use 283-307 vs 291-299 MiB.
+//   H=0 A=300: own 70-90 (whole-heap 11-16) vs 84-86 (14-16); heap < 1 MiB.
+//   H=0 A=3000: own 728-794 (whole-heap 188-214) vs 654-776 (155-209).
+// So the frequency changes neither the counts nor the heap here, and
+// taking it out of reach would drop Boehm's only periodic reclamation of
+// old *host* garbage for runtimes whose policy looks at device bytes. The
+// policy learns of Boehm's own whole-heap collections through
+// counters().own_full_collections instead. GC_INITIAL_HEAP_SIZE=64M at H=0
+// A=300 did not change them either (own 74-77, whole-heap 9-10, vs 72-82,
+// 10-11): min_bytes_allocd() follows the bytes in use, not the heap size.
+// Parallel markers (runtime_options.markers): not measurable here: at
+// H=256 A=300 gc_seconds per policy minor (collection + finalizers + drain)
+// was 16-108 ms with GC_MARKERS=1 and 16-106 ms with 2 over 3 runs each
+// (8 agents on 2 cores); the H200 figure
+// (16 markers: ~85 -> ~55 ms at 1 GiB) is the lead's. alloc.c: a stopped
+// mark with a time limit, and GC_collect_a_little_inner with one, set
+// GC_parallel_mark_disabled, so only minors without a time limit mark in
+// parallel; time-limited slices (whole-heap, and sliced minors) never do.
 void init(const runtime_options& o) {
   static std::once_flag once;
   std::call_once(once, [&] {
