@@ -23,9 +23,11 @@
  * LUA_GCCOLLECT call all pending ones), so there is no run_finalizers callback.
  * lua_gc runs inside lua_pcall: a Lua error (a memory error in a finalizer's
  * call set-up) must never longjmp through the library's C++ frames. A __gc
- * never calls lua_gc (Lua forbids it; lua_gc returns -1 there) and never
- * allocates; the C API answers GCPRESSURE_ERR_BUSY to collection requests
- * made from inside a collection and never nests collections itself.
+ * never calls lua_gc (Lua forbids it; lua_gc returns -1 there); an array's
+ * never allocates, a counting sentinel's allocates one table (allowed: no GC
+ * step runs inside a finalizer, lgc.c GCTM). The C API answers
+ * GCPRESSURE_ERR_BUSY to collection requests made from inside a collection
+ * and never nests collections itself.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
