@@ -54,6 +54,7 @@ std::string usage() {
       "                    [--hard-limit SIZE] [--soft-limit SIZE] [--trace FILE.csv] [--json] [--quiet]\n"
       "                    [--host-allocs N] [--host-capacity SIZE] [--gc-budget F] [--every-n N]\n"
       "                    [--promote-share F] [--burst-every N] [--burst-fraction F] [--hint-order before|after]\n"
+      "                    [--array-objects global|thread-local]\n"
       "                    [--max-seconds S] [--seed N] [--verbose] [--help]\n"
       "\n"
       "A Flux-style forward pass (layers x Dense y = relu.(W*x .+ b)) whose arrays are GC-owned\n"
@@ -88,6 +89,9 @@ std::string usage() {
       "  --every-n N       every_iteration: collect every N iterations (default 1)\n"
       "  --hint-order O    before (default): iteration hint, then the policy's synchronize;\n"
       "                    after: a plain wait for the device, then the iteration hint\n"
+      "  --array-objects A global (default): array objects from Boehm's global free lists\n"
+      "                    (boehm::alloc_array_object, as the bridge asks runtimes to);\n"
+      "                    thread-local: GC_MALLOC (often born marked: minors promote them)\n"
       "  --max-seconds S   stop after S seconds of loop time (reported as stopped_early)\n"
       "  --seed N          seed of the model and the workloads (default 42)\n"
       "  --trace FILE.csv  one row per iteration: iteration,live,reserved,collections,gc_seconds,\n"
@@ -195,7 +199,11 @@ void apply_flag(options& o, const std::string& a, const std::string& v) {
   else if (a == "--max-seconds") o.max_seconds = to_double(a, v, 0, 1e9);
   else if (a == "--seed") o.seed = static_cast<std::uint64_t>(to_long(a, v, 0, 0x7fffffffL));
   else if (a == "--trace") o.trace = v;
-  else if (a == "--hint-order") {
+  else if (a == "--array-objects") {
+    if (v != "global" && v != "thread-local")
+      throw usage_error("--array-objects: expected global or thread-local, got '" + v + "'");
+    o.global_array_objects = v == "global";
+  } else if (a == "--hint-order") {
     if (v != "before" && v != "after") throw usage_error("--hint-order: expected before or after, got '" + v + "'");
     o.hint_before_sync = v == "before";
   }
@@ -205,6 +213,7 @@ const char* const valued_flags[] = {
     "--backend", "--policy", "--workload", "--reps", "--iters", "--layers", "--d", "--batch", "--host-heap-mib",
     "--host-allocs", "--hard-limit", "--soft-limit", "--host-capacity", "--gc-budget", "--every-n",
     "--promote-share", "--burst-every", "--burst-fraction", "--max-seconds", "--seed", "--trace", "--hint-order",
+    "--array-objects",
     nullptr};
 
 }  // namespace

@@ -34,7 +34,8 @@ struct darray {
 // (the loop's thread only).
 class arrays {
  public:
-  arrays(boehm::device_heap& h, gcp::stream_ref s, bool oracle) : heap_(h), stream_(s), oracle_(oracle) {}
+  arrays(boehm::device_heap& h, gcp::stream_ref s, bool oracle, bool global_objects)
+      : heap_(h), stream_(s), oracle_(oracle), global_(global_objects) {}
   // A d x n float array (GC host object + GC-owned device buffer).
   darray* make(int rows, int cols);
   // A byte array (rows = bytes / 4, cols = 1).
@@ -51,6 +52,7 @@ class arrays {
   boehm::device_heap& heap_;
   gcp::stream_ref stream_;
   bool oracle_;
+  bool global_;  // Note [Array objects]
   std::uint64_t bytes_ = 0;
 };
 

@@ -82,6 +82,10 @@ struct options {
   // true = hint, then the policy's synchronize (default); false = the
   // pre-sync-hint order (plain wait, then the hint).
   bool hint_before_sync = true;
+  // Where the runtime's array objects come from (Note [Array objects] in
+  // workload.cpp): true = boehm::alloc_array_object (global free lists, what
+  // the bridge asks runtimes to use), false = GC_MALLOC (thread-local lists).
+  bool global_array_objects = true;
   std::string trace;                // CSV path ("" = none)
   bool json = false;
   bool quiet = false;
@@ -151,6 +155,7 @@ struct result {
   std::size_t hard_limit = 0, soft_limit = 0, device_total = 0;
   double gc_budget = 0;
   bool hint_before_sync = true;
+  bool global_array_objects = true;
   // outcome
   int iterations = 0;               // iterations run (fewer than requested if stopped by max_seconds)
   bool stopped_early = false;

@@ -225,6 +225,7 @@ void configure(loop_state& s, const host_heap* heap) {
   r.host_heap_bytes = heap ? heap->bytes() : 0;
   r.gc_budget = o.gc_budget;
   r.hint_before_sync = o.hint_before_sync;
+  r.global_array_objects = o.global_array_objects;
 
   // A clean start, outside the measurement: garbage of earlier runs (and the
   // host heap's first marking) is not this run's work.
@@ -234,7 +235,7 @@ void configure(loop_state& s, const host_heap* heap) {
   r.hard_limit = s.alloc().hard_limit();
   r.soft_limit = s.alloc().soft_limit();
   r.device_total = s.alloc().device_memory().total;
-  s.arr = std::make_unique<arrays>(*s.dh, s.stream(), o.policy == "explicit_free");
+  s.arr = std::make_unique<arrays>(*s.dh, s.stream(), o.policy == "explicit_free", o.global_array_objects);
 }
 
 // Parameters and input, initialised on the host and uploaded; the workload.

@@ -39,10 +39,19 @@ namespace fwd::detail {
 
 // --- arrays ------------------------------------------------------------------
 
+// Note [Array objects]
+// The runtime's array object points at its buffer handle, so it decides when
+// the buffer is found dead. Allocated with GC_MALLOC it comes from the
+// thread's local free list, whose objects bdwgc marks at every collection: a
+// partial collection then finds it (and its device buffer) live although it
+// is garbage, and the buffer waits for a whole-heap cycle. The bridge asks
+// runtimes to allocate such objects with boehm::alloc_array_object (global
+// free lists); --array-objects thread-local keeps GC_MALLOC to show the
+// difference (bench/RESULTS.md has both).
 darray* arrays::make(int rows, int cols) {
   const std::size_t bytes = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols) * sizeof(float);
   boehm::buffer* b = heap_.alloc(bytes, stream_);
-  auto* a = static_cast<darray*>(GC_MALLOC(sizeof(darray)));
+  auto* a = static_cast<darray*>(global_ ? boehm::alloc_array_object(sizeof(darray)) : GC_MALLOC(sizeof(darray)));
   if (!a) {
     if (oracle_) heap_.unsafe_free(b);
     throw std::bad_alloc();

@@ -39,6 +39,7 @@ policy_options policy_options::from_config(const config& c) {
   o.gc_budget = c.gc_budget;
   o.every_n = c.every_n;
   o.verbose = c.verbose;
+  o.soft_limit_set = c.soft_limit.is_set();
   return o;
 }
 
@@ -98,14 +99,11 @@ thread_local gc_policy::device_probe* t_probe = nullptr;
 // hidden (exact). Completed: the device finished somewhere inside it, and the
 // whole collection is counted as exposed — an upper bound, as tight as the
 // slices are short. Without a probe (no stream known) everything is exposed.
-gc_policy::device_probe::device_probe(gc_policy& p, stream_ref stream) : p_(p), prev_(t_probe) {
-  try {
-    ops_ = &p.alloc_.streams();
-    event_ = ops_->record(stream);
-  } catch (...) {
-    ops_ = nullptr;  // no event: every collection under this probe counts as exposed
-    event_ = nullptr;
-  }
+// Errors of the stream operations reach the caller: record() throws from
+// the constructor; a failed query() is kept and rethrown by rethrow() once
+// the collection bookkeeping is done (the device counts as done meanwhile).
+gc_policy::device_probe::device_probe(gc_policy& p, stream_ref stream)
+    : p_(p), ops_(&p.alloc_.streams()), event_(ops_->record(stream)), prev_(t_probe) {
   t_probe = this;
 }
 
@@ -120,9 +118,14 @@ bool gc_policy::device_probe::busy() {
     done_ = ops_->query(event_);
   } catch (...) {
     done_ = true;
+    error_ = std::current_exception();
   }
   (done_ ? done_at_ : last_busy_at_) = p_.now();
   return !done_;
+}
+
+void gc_policy::device_probe::rethrow() {
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
 void gc_policy::account_exposure(double seconds) {
@@ -277,8 +280,10 @@ void gc_policy::synchronize(stream_ref stream) {
         if (lk.owns_lock()) before_block([&probe] { return probe.busy(); });
       }
       const double t1 = now();
-      if (probe.busy()) {
-        if (probe.event_) ops.synchronize(probe.event_);
+      const bool still = probe.busy();
+      probe.rethrow();
+      if (still) {
+        ops.synchronize(probe.event_);
         sample = now() - t0;
       } else {
         sample = 0.5 * (probe.last_busy_at_ + probe.done_at_) - t0;

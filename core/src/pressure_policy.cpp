@@ -132,6 +132,7 @@ class pressure_policy final : public gc_policy {
   const char* name() const noexcept override { return "pressure"; }
 
   void before_allocate(device_allocator& a, std::size_t bytes, stream_ref stream) override {
+    if (nothing_due(a, bytes)) return;  // Note [The allocation fast path]
     std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
     if (!lk.owns_lock()) {
       // Note [Concurrent allocators]: another thread is collecting. Below
@@ -158,19 +159,26 @@ class pressure_policy final : public gc_policy {
       outcome o;
       if (need) finish_cycle(gc_reason::early);
       else if (step_full_cycle(gc_reason::early, &o)) after_full(o);
+      probe.rethrow();
       return;
     }
     const bool headroom_due = over && young >= std::max(opts_.min_young_bytes, backoff_) &&
                               headroom_collections_ < k_headroom_collections_per_iteration;
-    if (young < budget && !headroom_due) return;
+    if (young < budget && !headroom_due) {
+      publish_fast_path(budget);
+      return;
+    }
     device_probe probe(*this, stream);
     collected_since_quiet_ += young - bytes;
     if (young < budget) ++headroom_collections_;
+    begin_minor();
     const outcome o = run_collection(gc_kind::minor, gc_reason::early);
     // Note [No collection storms]: a headroom collection that found little
     // doubles the young bytes the next one needs.
     backoff_ = o.reclaimed * 4 < o.young_before ? std::max(backoff_ * 2, opts_.min_young_bytes) : 0;
     finish_minor(o, gc_reason::early);
+    publish_fast_path(alloc_budget());
+    probe.rethrow();
   }
 
   void iteration() override {
@@ -184,12 +192,25 @@ class pressure_policy final : public gc_policy {
   void quiet_moment(bool will_block) override {
     std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
     if (!lk.owns_lock()) return;
+    quiet_work(will_block);
+    publish_fast_path(alloc_budget());
+  }
+
+ private:
+  void quiet_work(bool will_block) {
     if (will_block) {
       // No stream to poll: assume the device is busy for the smoothed slack.
       const double t0 = now(), slack = slack_estimate();
       before_block([&] { return now() - t0 < slack; });
       return;
     }
+    // Note [Quiet moments defer to syncs]: a loop that also synchronizes
+    // gets its collections there, where the device hides them; a collection
+    // at the hint would be on the host's path.
+    const std::uint64_t syncs = sync_count();
+    const bool syncing = syncs != syncs_at_quiet_;
+    syncs_at_quiet_ = syncs;
+    if (syncing) return;
     if (cycle_active()) {
       if (full_cycle_active() && exposed_fraction() < opts_.gc_budget) {
         outcome o;
@@ -210,8 +231,10 @@ class pressure_policy final : public gc_policy {
     const std::size_t budget = alloc_budget();
     const bool enough = young >= static_cast<std::size_t>(opts_.quiet_fraction * static_cast<double>(budget));
     const bool would_cross = static_cast<double>(young) + stretch_ >= static_cast<double>(budget);
-    if (young >= opts_.min_young_bytes / 2 && enough && would_cross)
+    if (young >= opts_.min_young_bytes / 2 && enough && would_cross) {
+      begin_minor();
       finish_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment), gc_reason::quiet_moment);
+    }
   }
 
  protected:
@@ -221,20 +244,31 @@ class pressure_policy final : public gc_policy {
   // fit runs as a sliced cycle over several syncs where the collector can
   // (Note [Sliced cycles]).
   void before_block(const std::function<bool()>& device_busy) override {
+    block_work(device_busy);
+    publish_fast_path(alloc_budget());
+  }
+
+ private:
+  void block_work(const std::function<bool()>& device_busy) {
     const double deadline = now() + slack_estimate();
     const auto room = [&] { return now() + opts_.slice_seconds <= deadline && device_busy(); };
     if (!cycle_active()) {
       const std::size_t young = alloc_.since_mark();
       if (young < std::max(opts_.min_young_bytes, sync_budget(young))) return;
-      const bool fits = minor_cost_.known() && minor_cost_.predict(static_cast<double>(young)) <= slack_estimate();
+      // A whole minor only where it surely fits; a sliced one otherwise.
+      const double share = gc_.has_incremental_minor() ? 0.5 : 1.0;
+      const bool fits =
+          minor_cost_.known() && minor_cost_.predict(static_cast<double>(young)) <= share * slack_estimate();
       if (!gc_.has_incremental_minor() || fits) {
         if (!room() && minor_cost_.known()) return;
+        begin_minor(true);
         finish_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment), gc_reason::quiet_moment);
         if (!cycle_active()) return;
       }
     }
     while (room()) {
       const gc_kind k = minor_cycle_active() || !cycle_active() ? gc_kind::minor : gc_kind::incremental_full;
+      if (!cycle_active()) begin_minor(true);
       outcome o;
       if (!step_cycle(k, gc_reason::quiet_moment, &o)) continue;
       if (k == gc_kind::minor) finish_minor(o, gc_reason::quiet_moment);
@@ -244,6 +278,36 @@ class pressure_policy final : public gc_policy {
   }
 
  private:
+  // Note [The allocation fast path]
+  // before_allocate runs before every allocation (a pool hit costs ~100 ns).
+  // When no cycle is in progress and the allocation stays under the young
+  // budget, the headroom and the device-free threshold last computed under
+  // the collection lock, and the device's free memory was read less than
+  // 0.1 s ago, nothing can be due: return with a few relaxed loads and one
+  // clock read, without the lock or the cost model. The thresholds are
+  // published by the slow paths; a cycle in progress disables the fast path.
+  bool nothing_due(device_allocator& a, std::size_t bytes) const noexcept {
+    if (fast_young_.load(std::memory_order_relaxed) == 0) return false;
+    if (a.since_mark() + bytes >= fast_young_.load(std::memory_order_relaxed)) return false;
+    if (a.live_bytes() + bytes > fast_live_.load(std::memory_order_relaxed)) return false;
+    if (a.reserved_bytes() + bytes > fast_reserved_.load(std::memory_order_relaxed)) return false;
+    return now() - fast_refreshed_.load(std::memory_order_relaxed) < 0.1;
+  }
+
+  void publish_fast_path(std::size_t budget) noexcept {
+    if (cycle_active()) {
+      fast_young_.store(0, std::memory_order_relaxed);
+      return;
+    }
+    const std::size_t hard = alloc_.hard_limit() / 20 * 19;
+    fast_live_.store(std::min(alloc_.soft_limit(), hard), std::memory_order_relaxed);
+    const std::size_t free_then = device_free_.load(std::memory_order_relaxed);
+    const std::size_t at = reserved_at_refresh_.load(std::memory_order_relaxed);
+    fast_reserved_.store(free_then > 0 ? at + free_then - free_then / 10 : ~std::size_t{0}, std::memory_order_relaxed);
+    fast_refreshed_.store(refreshed_at_, std::memory_order_relaxed);
+    fast_young_.store(budget, std::memory_order_relaxed);
+  }
+
   double exposed_fraction() const {
     const double wall = wall_seconds();
     return wall > 0 ? own_exposed_seconds() / wall : 0;
@@ -263,10 +327,16 @@ class pressure_policy final : public gc_policy {
 
   // Note [Two young budgets]: the sync budget, for `young` bytes now.
   std::size_t sync_budget(std::size_t young) const {
-    // Learn the cost where it is cheapest; a sliced minor stays in the slack.
-    if (!minor_cost_.known() || gc_.has_incremental_minor()) return opts_.min_young_bytes;
-    const double exposed = std::max(0.0, minor_cost_.predict(static_cast<double>(young)) - slack_estimate());
-    if (exposed <= 0) return opts_.min_young_bytes;
+    // Learn the cost where it is cheapest. Then the exposed part of a minor
+    // as measured (Note [Exposed GC time]); before that, the part of a whole
+    // minor that outlasts the slack (a sliced one is assumed to fit).
+    if (!minor_cost_.known()) return opts_.min_young_bytes;
+    double exposed = minor_exposed_;
+    if (minor_exposed_samples_ == 0)
+      exposed = gc_.has_incremental_minor()
+                    ? 0
+                    : std::max(0.0, minor_cost_.predict(static_cast<double>(young)) - slack_estimate());
+    if (exposed <= 1e-4) return opts_.min_young_bytes;
     const double wall = wall_seconds();
     if (wall > 0 && (own_exposed_seconds() + exposed) / wall > opts_.gc_budget) return alloc_budget();
     const double b = std::max(static_cast<double>(opts_.min_young_bytes), time_floor(exposed));
@@ -326,8 +396,20 @@ class pressure_policy final : public gc_policy {
     last_end_ = now();
   }
 
+  // The exposed seconds of the minor that starts now are measured from here;
+  // only minors run at syncs teach the sync budget what they expose.
+  void begin_minor(bool at_sync = false) {
+    exposed_at_minor_start_ = own_exposed_seconds();
+    minor_at_sync_ = at_sync;
+  }
+
   void after_minor(const outcome& o) {
     learn_rate(o);
+    if (minor_at_sync_) {
+      const double exposed = std::max(0.0, own_exposed_seconds() - exposed_at_minor_start_);
+      minor_exposed_ = minor_exposed_samples_++ ? 0.75 * minor_exposed_ + 0.25 * exposed : exposed;
+      minor_at_sync_ = false;
+    }
     minor_cost_.add(static_cast<double>(o.young_before), o.seconds);
     // Yield: the share of the young bytes that is gone, whoever freed it
     // (the runtime's own collections free handles too, unseen by `reclaimed`).
@@ -403,6 +485,9 @@ class pressure_policy final : public gc_policy {
   }
 
   detail::cost_model minor_cost_;
+  double minor_exposed_ = 0, exposed_at_minor_start_ = 0;  // smoothed exposed seconds per minor
+  std::uint64_t minor_exposed_samples_ = 0;
+  bool minor_at_sync_ = false;
   double full_cost_ = 0, full_wall_ = 0, rate_ = 0, yield_ = 1.0;
   double cycle_started_ = 0;
   // Quiet-moment bookkeeping: bytes allocated per stretch between hints.
@@ -418,6 +503,10 @@ class pressure_policy final : public gc_policy {
   int headroom_collections_ = 0;
   std::size_t backoff_ = 0;
   std::atomic<std::size_t> device_free_{0}, reserved_at_refresh_{0};
+  // Note [The allocation fast path]: 0 = take the slow path.
+  std::atomic<std::size_t> fast_young_{0}, fast_live_{0}, fast_reserved_{0};
+  std::atomic<double> fast_refreshed_{0};
+  std::uint64_t syncs_at_quiet_ = 0;
   double refreshed_at_ = 0;
   double last_end_ = 0;
 };

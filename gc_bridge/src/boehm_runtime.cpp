@@ -161,8 +161,8 @@ void boehm_runtime::configure(int full_freq, unsigned long time_limit_ms) {
 }
 
 void boehm_runtime::collect_minor() {
-  interface_call call(*this);
   if (!GC_is_incremental_mode()) {
+    interface_call call(*this);
     GC_gcollect();  // outside mu_: may run finalizers inline
     return;
   }
@@ -174,6 +174,8 @@ void boehm_runtime::collect_minor() {
   // of reach and no time limit: one short stopped mark of roots and dirty
   // pages. Whole-heap work happens only in start_full/step_full slices.
   std::lock_guard<std::mutex> lk(mu_);
+  if (!minor_active_) finish_runtime_cycle();  // not the policy's sliced minor: the runtime's own
+  interface_call call(*this);
   settings_scope minor({1 << 30, GC_TIME_UNLIMITED});
   GC_start_incremental_collection();
   while (GC_collect_a_little()) {
@@ -210,11 +212,10 @@ void boehm_runtime::start_minor() {
     collect_minor();
     return;
   }
-  interface_call call(*this);
   std::lock_guard<std::mutex> lk(mu_);
   if (minor_active_ && GC_get_gc_no() == minor_start_no_) return;
-  while (GC_collect_a_little()) {  // a cycle already under way would absorb the start
-  }
+  finish_runtime_cycle();
+  interface_call call(*this);
   settings_scope partial({1 << 30, 1});
   minor_start_no_ = GC_get_gc_no();
   minor_by_policy_.store(true, std::memory_order_relaxed);
@@ -240,8 +241,16 @@ bool boehm_runtime::step_minor(double budget_seconds) {
   return true;
 }
 
+// A cycle already under way (the runtime's own) would absorb a start: it is
+// finished first, outside any interface_call, so that its completion counts
+// as the runtime's (Note [Every collection is counted]); its time is the
+// policy's to bear but not its collection.
+void boehm_runtime::finish_runtime_cycle() {
+  while (GC_collect_a_little()) {
+  }
+}
+
 void boehm_runtime::start_full() {
-  interface_call call(*this);
   std::lock_guard<std::mutex> lk(mu_);
   // One cycle at a time; every heap's policy steps the same one. A cycle
   // whose stepper went away (its heap was destroyed) and that the mutator
@@ -249,9 +258,10 @@ void boehm_runtime::start_full() {
   const bool incremental = GC_is_incremental_mode() != 0;
   if (full_active_.load() && !(incremental && GC_get_gc_no() != full_start_no_)) return;
   if (incremental) {
-    // A cycle already under way would absorb the start: finish it first.
-    while (GC_collect_a_little()) {
-    }
+    finish_runtime_cycle();
+  }
+  interface_call call(*this);
+  if (incremental) {
     settings_scope whole_heap({0, GC_get_time_limit()});  // the next cycle is whole-heap
     full_start_no_ = GC_get_gc_no();
     GC_start_incremental_collection();

@@ -59,6 +59,7 @@ class boehm_runtime {
   static void GC_CALLBACK start_hook();
   static void GC_CALLBACK event_hook(GC_EventType e);
   void count_completion(bool in_call) noexcept;
+  void finish_runtime_cycle();
 
   std::mutex mu_;
   // Whole-heap cycle the policy started (guarded by mu_; read atomically).

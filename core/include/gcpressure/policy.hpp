@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -79,6 +80,8 @@ class gc_policy : public allocation_hook {
     device_probe(const device_probe&) = delete;
     device_probe& operator=(const device_probe&) = delete;
     bool busy();
+    // Rethrows the error a query() raised, once (see policy.cpp).
+    void rethrow();
 
    private:
     friend class gc_policy;
@@ -88,6 +91,7 @@ class gc_policy : public allocation_hook {
     device_probe* prev_ = nullptr;
     bool done_ = false;
     double last_busy_at_ = 0, done_at_ = 0;  // when busy() last saw it busy / first saw it done
+    std::exception_ptr error_;
   };
 
   // A collection the user asked for (reason "user"): runs it, its finalizers
