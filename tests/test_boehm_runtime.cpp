@@ -20,6 +20,7 @@
 
 #include "gcpressure/boehm.hpp"
 #include "gcpressure/error.hpp"
+#include "test_support.hpp"
 
 namespace gcp = gcpressure;
 namespace gb = gcpressure::boehm;
@@ -253,17 +254,12 @@ void count_leak_report(const char* message) {
   g_leaked_blocks.fetch_add(std::strtol(p + sizeof k_pool - 1, nullptr, 10));
 }
 
-[[gnu::noinline]] void scrub_stack() {
-  volatile char buf[256 * 1024];
-  for (auto& c : buf) c = 0;
-}
-
 gb::buffer* volatile g_reachable = nullptr;
 
 [[gnu::noinline]] void drop_buffers(gb::device_heap& h, int n, bool keep_one) {
   for (int i = 0; i < n; ++i) static_cast<char*>(gb::device_heap::data(h.alloc(64 * 1024)))[0] = 1;
   if (keep_one) g_reachable = h.alloc(4096);
-  scrub_stack();
+  gcp_test::clear_stack();
 }
 
 // Runs a heap's life in its own frame: `keep_one` leaves one buffer in a
@@ -276,7 +272,7 @@ gb::buffer* volatile g_reachable = nullptr;
   {
     gb::device_heap h(host_opts(64 * MiB), "at_limit");  // no collection before the teardown's
     drop_buffers(h, 64, keep_one);
-    scrub_stack();
+    gcp_test::clear_stack();
     if (explicit_shutdown) {
       h.shutdown();
       h.shutdown();  // idempotent
