@@ -93,10 +93,10 @@ boehm_runtime& boehm_runtime::instance() noexcept {
 //   set-up and finalization). Those are summed. Not covered, so own_seconds
 //   is a lower bound in incremental mode: the mark work
 //   GC_collect_a_little_inner does with the world running, inside
-//   allocations, between stopped marks (only while a time limit is set
-//   process-wide; not with the default, Note [Who advances a cycle], but a
-//   cycle the policy left in progress is still finished by the next own
-//   collection or collector call); GC_reclaim_all and GC_clear_marks
+//   allocations, between stopped marks (GC_allocobj: at every free-list
+//   refill while a time limit is set process-wide; with the default, none
+//   (Note [Who advances a cycle]), once when a refill finds no free block);
+//   GC_reclaim_all and GC_clear_marks
 //   that GC_maybe_gc runs before a whole-heap cycle's first stopped mark;
 //   GC_wait_for_reclaim (parallel markers). Without incremental mode every
 //   collection is inside START/END: exact. Lazy sweeping during allocation
