@@ -141,6 +141,8 @@ int GC_CALLBACK scan_library(const char* name, void*, std::size_t) {
 //   H=256 A=3000: own 0 and 0; heap in use 283-307 vs 291-299 MiB.
 //   H=0 A=300: own 70-90 (whole-heap 11-16) vs 84-86 (14-16); heap < 1 MiB.
 //   H=0 A=3000: own 728-794 (whole-heap 188-214) vs 654-776 (155-209).
+//   Again at 0d22b5e (Boehm without a time limit by default), H=0 A=300:
+//   own 92-100 (whole-heap 12-20) vs 89-97 (15-20); heap < 1 MiB.
 // So the frequency changes neither the counts nor the heap here, and
 // taking it out of reach would drop Boehm's only periodic reclamation of
 // old *host* garbage for runtimes whose policy looks at device bytes. The
