@@ -40,7 +40,8 @@ for ((r = 1; r <= rounds; r++)); do
     echo "=== their output (ctest --output-on-failure):"
     # A status line "N/M Test #K: name ..." starts each test's section; the
     # output of a failed one follows its line.
-    awk '/^ *[0-9]+\/[0-9]+ Test +#[0-9]+:/ { p = ($0 ~ /\*\*\*|Failed/) } p' "$log_dir/round$r.log" | head -600
+    awk '/^ *[0-9]+\/[0-9]+ Test +#[0-9]+:/ { p = ($0 ~ /\*\*\*(Failed|Timeout|Exception)|Subprocess|Child aborted/) } p' \
+      "$log_dir/round$r.log" | head -600
     echo "stress: $green/$rounds green before round $r failed (full log: $log_dir/round$r.log)"
     exit 1
   fi
