@@ -62,8 +62,10 @@ class pool_resource final : public device_resource {
   // Returns idle segments (entirely free, no pending stream work) upstream
   // without waiting. Returns the bytes released.
   std::size_t release_cached() noexcept;
-  // Waits for every pending cross-stream event (making those blocks reusable
-  // by any stream). Returns the number of events waited for. Never a device-wide sync.
+  // Waits for the work behind every free made so far (making those blocks
+  // reusable by any stream). Returns the number of events waited for. Never a
+  // device-wide sync. Waits without the pool lock (Note [Waiting outside the
+  // lock]): other threads keep allocating meanwhile; their frees stay pending.
   std::size_t wait_pending();
   // wait_pending() then release_cached(). Returns the bytes released.
   std::size_t trim();
@@ -71,7 +73,8 @@ class pool_resource final : public device_resource {
   // Note [Destroying a stream]: the pool records events on the streams that
   // freed its cached blocks, so a stream that freed blocks into the pool must
   // be forgotten before it is destroyed. forget_stream() waits for the
-  // stream's work once and hands its cached blocks to every stream.
+  // stream's work (without the pool lock) and hands its cached blocks to
+  // every stream.
   void forget_stream(stream_ref stream);
 
   // True if `p` is the start of a live block of this pool. Thread-safe.
