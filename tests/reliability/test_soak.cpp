@@ -261,6 +261,33 @@ bool clearable(const gcp_rel::word_hit& w) {
   return out;
 }
 
+// Exact accounting (Note [Lost or retained]): one full collection from this
+// thread, then, if a handle survived, one from a fresh registered thread;
+// then the survivors are named and tested. True once no device byte is live.
+bool final_collections(gb::device_heap& h, const gcp_rel::handle_log (&logs)[8], survivors& surv) {
+  int fulls = 0;
+  bool zero = false;
+  {
+    gcp_rel::watchdog dog(60s, "soak: final collections");
+    for (fulls = 1; fulls <= 2 && !zero; ++fulls) {
+      if (fulls == 1) full_collect(h);
+      else full_collect_on_fresh_thread(h);
+      zero = settle(h, [&] { return h.allocator().live_bytes() == 0; }, 2000ms);
+    }
+    if (fulls == 3 && zero) std::printf("[ soak ] the fresh thread's collection finalized what the first kept\n");
+  }
+  if (zero) return true;
+  surv = find_survivors(h, {&logs[0], &logs[1], &logs[2], &logs[3], &logs[4], &logs[5], &logs[6], &logs[7]});
+  std::printf("[ soak ] after %d full collections: %zu bytes live; %zu recorded handles live (%zu bytes), "
+              "%zu not marked, %zu retained (released by clearing a word or by heap growth); pushed %llu, "
+              "orphaned %llu\n",
+              fulls - 1, h.allocator().live_bytes(), surv.count, surv.bytes, surv.unmarked, surv.released,
+              (unsigned long long)h.allocator().deferred().pushed(), (unsigned long long)gb::orphaned_finalizations());
+  // Every survivor released: the accounting must be exact again.
+  return surv.unmarked == 0 && surv.released == surv.count &&
+         settle(h, [&] { return h.allocator().live_bytes() == 0; }, 2000ms);
+}
+
 }  // namespace
 
 TEST(Soak, MillionAllocationsFromEightRegisteredThreads) {
@@ -313,32 +340,8 @@ TEST(Soak, MillionAllocationsFromEightRegisteredThreads) {
   }
   const auto during = h.stats();
 
-  // Exact accounting (Note [Lost or retained]): one full collection from this
-  // thread, then, if a handle survived, one from a fresh registered thread.
-  int fulls = 0;
-  bool zero = false;
-  {
-    gcp_rel::watchdog dog(60s, "soak: final collections");
-    for (fulls = 1; fulls <= 2 && !zero; ++fulls) {
-      if (fulls == 1) full_collect(h);
-      else full_collect_on_fresh_thread(h);
-      zero = settle(h, [&] { return h.allocator().live_bytes() == 0; }, 2000ms);
-    }
-    if (fulls == 3 && zero) std::printf("[ soak ] the fresh thread's collection finalized what the first kept\n");
-  }
   survivors surv;
-  if (!zero) {
-    surv = find_survivors(h, {&logs[0], &logs[1], &logs[2], &logs[3], &logs[4], &logs[5], &logs[6], &logs[7]});
-    std::printf("[ soak ] after %d full collections: %zu bytes live; %zu recorded handles live (%zu bytes), "
-                "%zu not marked, %zu retained by a word found and cleared; pushed %llu, orphaned %llu\n",
-                fulls - 1, h.allocator().live_bytes(), surv.count, surv.bytes, surv.unmarked, surv.released,
-                (unsigned long long)h.allocator().deferred().pushed(),
-                (unsigned long long)gb::orphaned_finalizations());
-    // Every survivor retained by a word now cleared: the accounting below must
-    // be exact again (Note [Lost or retained]).
-    if (surv.unmarked == 0 && surv.released == surv.count)
-      zero = settle(h, [&] { return h.allocator().live_bytes() == 0; }, 2000ms);
-  }
+  const bool zero = final_collections(h, logs, surv);
   h.allocator().trim();
   const auto s = h.stats();
   std::printf("[ soak ] %llu allocations (%llu unsafe_free) from %d threads in %.2f s (%.0f/s); collections: minor %llu, "
