@@ -87,6 +87,7 @@ ctest --test-dir build/tsan --output-on-failure -j"$jobs" -LE 'boehm|c_api'
 GC_DISABLE_INCREMENTAL=1 ctest --test-dir build/tsan --output-on-failure -j"$jobs" -L c_api
 
 echo "=== Install into a temporary prefix; README blocks, find_package, pkg-config, Lua, Guile" && bash scripts/check-install.sh
+echo "=== pip install ./examples/torch in a venv" && bash examples/torch/check_pip.sh
 
 echo "=== libFuzzer: the C API under ASan/UBSan (clang), 60 s"
 probe=$(mktemp -d)
