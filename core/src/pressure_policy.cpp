@@ -196,6 +196,17 @@ class pressure_policy final : public gc_policy {
     publish_fast_path(alloc_budget());
   }
 
+ protected:
+  // Note [Collect in the device's time] (policy.cpp): what is due runs while
+  // the device works, slice by slice, stopping a slice short of the end of
+  // the expected slack so that the work stays hidden. A minor that does not
+  // fit runs as a sliced cycle over several syncs where the collector can
+  // (Note [Sliced cycles]).
+  void before_block(const std::function<bool()>& device_busy) override {
+    block_work(device_busy);
+    publish_fast_path(alloc_budget());
+  }
+
  private:
   void quiet_work(bool will_block) {
     if (will_block) {
@@ -237,18 +248,6 @@ class pressure_policy final : public gc_policy {
     }
   }
 
- protected:
-  // Note [Collect in the device's time] (policy.cpp): what is due runs while
-  // the device works, slice by slice, stopping a slice short of the end of
-  // the expected slack so that the work stays hidden. A minor that does not
-  // fit runs as a sliced cycle over several syncs where the collector can
-  // (Note [Sliced cycles]).
-  void before_block(const std::function<bool()>& device_busy) override {
-    block_work(device_busy);
-    publish_fast_path(alloc_budget());
-  }
-
- private:
   void block_work(const std::function<bool()>& device_busy) {
     const double deadline = now() + slack_estimate();
     const auto room = [&] { return now() + opts_.slice_seconds <= deadline && device_busy(); };
@@ -277,7 +276,6 @@ class pressure_policy final : public gc_policy {
     }
   }
 
- private:
   // Note [The allocation fast path]
   // before_allocate runs before every allocation (a pool hit costs ~100 ns).
   // When no cycle is in progress and the allocation stays under the young
