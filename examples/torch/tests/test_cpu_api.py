@@ -148,7 +148,9 @@ CASES = {
         assert all(ps)
         gcp.collect(full=True)
         py = gcp.raw_stats()["python"]
-        assert py["skipped_no_python"] >= 1 and py["requested_gen"][2] == 1 and py["python_collections"][2] == 0, py
+        # The user's full collection was asked for (the policy may have asked
+        # for a whole-heap cycle too: its first one measures the live floor).
+        assert py["skipped_no_python"] >= 1 and py["requested_gen"][2] >= 1 and py["python_collections"][2] == 0, py
         for p in ps:
             L.c.gcp_torch_free(p, 1 << 20, 0, None)
         out = {"skipped_no_python": py["skipped_no_python"]}
