@@ -119,14 +119,18 @@ class sync_stream_ops final : public stream_ops {
 
 }  // namespace
 
+// Both leaked on purpose, as cuda_stream_ops(): a heap that outlives main
+// (a leaked or static one) records and releases events through them from
+// static destructors or atexit handlers, after a function-local static would
+// have died (seen under UBSan: trim after main called a destroyed object).
 stream_ops& host_stream_ops() noexcept {
-  static host_stream_ops_impl ops;
-  return ops;
+  static auto* ops = new host_stream_ops_impl;
+  return *ops;
 }
 
 stream_ops& synchronous_stream_ops() noexcept {
-  static sync_stream_ops ops;
-  return ops;
+  static auto* ops = new sync_stream_ops;
+  return *ops;
 }
 
 // Note [Stream-ordered host frees]

@@ -77,6 +77,9 @@ inline std::vector<mapping> readable_writable_mappings() {
     mapping m;
     m.lo = std::stoull(range.substr(0, range.find('-')), nullptr, 16);
     m.hi = std::stoull(range.substr(range.find('-') + 1), nullptr, 16);
+    // A sanitizer's shadow memory: terabytes of reserved anonymous memory,
+    // parts of which fault when read; no program data lives there.
+    if (name.empty() && m.hi - m.lo > (std::uintptr_t{1} << 36)) continue;
     m.name = name;
     out.push_back(m);
   }
@@ -91,9 +94,12 @@ inline std::string describe(const mapping& m) {
   return buf;
 }
 
+// Reads raw memory, a sanitizer's shadow included: not instrumented (an
+// instrumented read of shadow memory checks the shadow gap and faults).
 template <class IsGcObject>
-void scan(const mapping& m, std::uintptr_t target_hidden, std::size_t size, IsGcObject& is_gc_object,
-          std::vector<word_hit>& hits) {
+__attribute__((no_sanitize("address", "thread"))) void scan(const mapping& m, std::uintptr_t target_hidden,
+                                                            std::size_t size, IsGcObject& is_gc_object,
+                                                            std::vector<word_hit>& hits) {
   for (std::uintptr_t a = m.lo; a + sizeof(std::uintptr_t) <= m.hi; a += sizeof(std::uintptr_t)) {
     const std::uintptr_t w = *reinterpret_cast<const volatile std::uintptr_t*>(a);
     if (w - ~target_hidden >= size) continue;
