@@ -32,6 +32,15 @@ namespace gcp_test {
 
 namespace gcp = gcpressure;
 
+// Options of a host-backed allocator with these limits (bytes).
+inline gcp::allocator_options host_limits(std::size_t hard, std::size_t soft) {
+  gcp::allocator_options o;
+  o.backend = gcp::backend_kind::host;
+  o.hard_limit.bytes = hard;
+  o.soft_limit.bytes = soft;
+  return o;
+}
+
 // Time that moves only when told to. Thread-safe.
 class fake_clock final : public gcp::clock_source {
  public:
@@ -125,10 +134,13 @@ class fake_collector final : public gcp::collector {
   void bind(gcp::device_allocator& a) { alloc_ = &a; }
 
   // Registers a device block as owned by a new (reachable, young) handle.
-  int track(void* p, std::size_t bytes) {
+  // `on`: the allocator it came from (nullptr: the bound one), whose
+  // deferred queue its "finalizer" pushes onto (several devices: Note [One
+  // policy, N devices]).
+  int track(void* p, std::size_t bytes, gcp::device_allocator* on = nullptr) {
     std::lock_guard<std::mutex> lk(mu_);
     const int id = next_id_++;
-    objs_[id] = obj{p, bytes, true, false};
+    objs_[id] = obj{p, bytes, true, false, on};
     return id;
   }
   // The handle becomes garbage.
@@ -151,10 +163,14 @@ class fake_collector final : public gcp::collector {
     std::lock_guard<std::mutex> lk(mu_);
     for (auto& [_, o] : objs_) pending_.push_back(o);
     objs_.clear();
+    std::vector<gcp::device_allocator*> touched;
     for (const auto& o : pending_)
-      if (alloc_) alloc_->deferred().push(o.p, o.bytes, nullptr);
+      if (auto* a = o.on ? o.on : alloc_) {
+        a->deferred().push(o.p, o.bytes, nullptr);
+        if (std::find(touched.begin(), touched.end(), a) == touched.end()) touched.push_back(a);
+      }
     pending_.clear();
-    if (alloc_) alloc_->drain();
+    for (auto* a : touched) a->drain();
   }
 
   // Knobs. With a fake clock, each collection advances it by its cost
@@ -263,8 +279,9 @@ class fake_collector final : public gcp::collector {
       batch.swap(pending_);
     }
     for (const auto& o : batch) {
-      EXPECT_NE(alloc_, nullptr);
-      if (alloc_) alloc_->deferred().push(o.p, o.bytes, nullptr);
+      gcp::device_allocator* a = o.on ? o.on : alloc_;
+      EXPECT_NE(a, nullptr);
+      if (a) a->deferred().push(o.p, o.bytes, nullptr);
     }
     return batch.size();
   }
@@ -297,6 +314,7 @@ class fake_collector final : public gcp::collector {
     std::size_t bytes;
     bool reachable;
     bool old;
+    gcp::device_allocator* on;  // nullptr: alloc_
   };
   void note(const char* what) {
     if (log_) log_->add(std::string("gc.") + what);

@@ -24,19 +24,12 @@ namespace gcp = gcpressure;
 using gcp_test::fake_clock;
 using gcp_test::fake_collector;
 using gcp_test::fake_device;
+using gcp_test::host_limits;
 
 namespace {
 
 constexpr std::size_t MiB = std::size_t{1} << 20;
 constexpr double ms = 1e-3;
-
-gcp::allocator_options opts(std::size_t hard, std::size_t soft) {
-  gcp::allocator_options o;
-  o.backend = gcp::backend_kind::host;
-  o.hard_limit.bytes = hard;
-  o.soft_limit.bytes = soft;
-  return o;
-}
 
 // One process: clock, device, collector, allocator, policy.
 struct world {
@@ -48,7 +41,7 @@ struct world {
   std::size_t peak_live = 0;
 
   world(const std::string& name, std::size_t hard, std::size_t soft, gcp::policy_options po = {})
-      : alloc(dev, opts(hard, soft)) {
+      : alloc(dev, host_limits(hard, soft)) {
     gc.bind(alloc);
     gc.clock = &clock;
     po.clock = &clock;

@@ -32,6 +32,8 @@
 #include <thread>
 #include <type_traits>
 #include <typeinfo>
+
+#include "gcpressure/config.hpp"
 #include <utility>
 #include <vector>
 
@@ -81,13 +83,14 @@ class misuse_capture {
 };
 
 // ---------------------------------------------------------------------------
-// Environment guard: every GCPRESSURE_* variable the library reads.
+// Environment guard: every GCPRESSURE_* variable the library reads (the
+// options table is the one list).
 inline const std::vector<std::string>& gcpressure_env_vars() {
-  static const std::vector<std::string> v = {
-      "GCPRESSURE_BACKEND",      "GCPRESSURE_DEVICE",   "GCPRESSURE_HOST_CAPACITY",
-      "GCPRESSURE_SOFT_LIMIT",   "GCPRESSURE_HARD_LIMIT", "GCPRESSURE_POOL",
-      "GCPRESSURE_ASYNC_RELEASE_THRESHOLD", "GCPRESSURE_POLICY", "GCPRESSURE_GC_BUDGET",
-      "GCPRESSURE_EVERY_N",      "GCPRESSURE_VERBOSE"};
+  static const std::vector<std::string> v = [] {
+    std::vector<std::string> names;
+    for (const gcpressure::option_info* o = gcpressure::options_table(); o->env; ++o) names.push_back(o->env);
+    return names;
+  }();
   return v;
 }
 

@@ -85,6 +85,15 @@ allocator_options allocator_options::from_config(const config& c) {
   return o;
 }
 
+std::vector<allocator_options> allocator_options::per_device(const config& c) {
+  std::vector<allocator_options> out;
+  for (int d : c.device_list()) {
+    out.push_back(from_config(c));
+    out.back().device = d;
+  }
+  return out;
+}
+
 device_allocator::device_allocator(allocator_options opts) : opts_(opts) {
   owned_upstream_ = make_resource(opts_);
   build_stack(*owned_upstream_);
@@ -379,7 +388,7 @@ allocator_stats device_allocator::stats() const {
     // CUDA may be unloading; leave zeros.
   }
   for (int i = 0; i < ladder_step_count; ++i) s.ladder[i] = ladder_[i].load(std::memory_order_relaxed);
-  if (auto* h = hook()) h->fill_stats(s.gc);
+  if (auto* h = hook()) h->fill_stats_for(*this, s.gc);
   return s;
 }
 

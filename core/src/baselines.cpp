@@ -24,13 +24,15 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "gcpressure/error.hpp"
 #include "gcpressure/policy.hpp"
 
 namespace gcpressure {
 
-std::unique_ptr<gc_policy> make_pressure_policy(device_allocator& a, collector& c, policy_options o);
+std::unique_ptr<gc_policy> make_pressure_policy(const std::vector<device_allocator*>& devices, collector& c,
+                                                policy_options o);
 
 namespace {
 
@@ -104,72 +106,90 @@ class every_iteration_policy final : public gc_policy {
 //     next rate's denominator includes this collection's own time.
 //  7. GC.gc(false): an incremental (young) collection -> gc_kind::minor;
 //     last_freed = live before - live after.
+// Several devices: CUDA.jl keeps this state per device (`memory_stats(dev::
+// CuDevice=device())` over `PerDevice{MemoryStats}`), and maybe_collect
+// reads the current device's, the one allocating or synchronizing; here the
+// allocation's or the synchronize's device. A hint without a device
+// (quiet_moment) checks every device in turn. last_freed is what the
+// collection freed on that device.
 // Not reproduced: the host/unified-memory pool that competes for "dominant"
 // (no unified memory here), and the race between Julia tasks that may both
 // collect: here a thread that finds another collecting skips the check.
 class cudajl_policy final : public gc_policy {
  public:
-  cudajl_policy(device_allocator& a, collector& c, policy_options o) : gc_policy(a, c, o), last_time_(now()) {}
+  cudajl_policy(const std::vector<device_allocator*>& d, collector& c, policy_options o)
+      : gc_policy(d, c, o), stats_(d.size()) {
+    for (auto& s : stats_) s.last_time = now();
+  }
   const char* name() const noexcept override { return "cudajl"; }
-  void before_allocate(device_allocator&, std::size_t, stream_ref) override { maybe_collect(false); }
-  void quiet_moment(bool will_block) override { maybe_collect(will_block); }
+  void before_allocate(device_allocator& a, std::size_t, stream_ref) override { maybe_collect(a, false); }
+  void quiet_moment(bool will_block) override {
+    for (device_allocator* d : devices()) maybe_collect(*d, will_block);
+  }
   // CUDA.jl sees no iteration boundaries; a loop's blocking syncs reach it
   // through synchronize() (before_block).
   void iteration() override {}
   bool reclaim(device_allocator& a, ladder_step step) override;
 
  protected:
-  void before_block(const std::function<bool()>&) override { maybe_collect(true); }
+  void before_block(device_allocator& on, const std::function<bool()>&) override { maybe_collect(on, true); }
 
  private:
-  void maybe_collect(bool will_block);
-  double live() const;
-  double estimate_size() const;
+  struct memory_stats {  // CUDA.jl's MemoryStats, one per device
+    double size = 0;
+    double size_updated = k_never;
+    double last_time = 0;
+    double last_gc_time = 0;  // EMA of collection seconds
+    double last_freed = 0;
+  };
+  void maybe_collect(device_allocator& a, bool will_block);
+  static double live(const device_allocator& a);
+  double estimate_size(const device_allocator& a) const;
 
-  double size_ = 0;
-  double size_updated_ = k_never;
-  double last_time_;
-  double last_gc_time_ = 0;  // EMA of collection seconds
-  double last_freed_ = 0;
+  std::vector<memory_stats> stats_;  // guarded by collect_mu_
 };
 
-double cudajl_policy::live() const {
-  const std::size_t live = alloc_.live_bytes();
-  const std::size_t queued = alloc_.deferred().pending_bytes();
+double cudajl_policy::live(const device_allocator& a) {
+  const std::size_t live = a.live_bytes();
+  const std::size_t queued = a.deferred().pending_bytes();
   return static_cast<double>(live > queued ? live - queued : 0);
 }
 
-double cudajl_policy::estimate_size() const {
-  const allocator_stats s = alloc_.stats();  // limits, device memory and the pool cache, once
+double cudajl_policy::estimate_size(const device_allocator& a) const {
+  const allocator_stats s = a.stats();  // limits, device memory and the pool cache, once
   if (s.hard_limit != s.device_memory.total) return static_cast<double>(s.hard_limit);
   if (opts_.soft_limit_set) return static_cast<double>(s.soft_limit);
-  return static_cast<double>(s.device_memory.free) + live() + static_cast<double>(s.cached);
+  return static_cast<double>(s.device_memory.free) + live(a) + static_cast<double>(s.cached);
 }
 
-void cudajl_policy::maybe_collect(bool will_block) {
+void cudajl_policy::maybe_collect(device_allocator& a, bool will_block) {
   std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
   if (!lk.owns_lock()) return;
+  const std::size_t dev = device_index(a);
+  if (dev == devices().size()) return;
+  memory_stats& stats = stats_[dev];
   const double current_time = now();
-  if (current_time - size_updated_ > 10) {  // 1.
-    size_ = estimate_size();
-    size_updated_ = current_time;
+  if (current_time - stats.size_updated > 10) {  // 1.
+    stats.size = estimate_size(a);
+    stats.size_updated = current_time;
   }
-  const double pressure = size_ > 0 ? live() / size_ : 0;  // 2.
-  if (pressure < (will_block ? 0.50 : 0.75)) return;         // 3.
+  const double pressure = stats.size > 0 ? live(a) / stats.size : 0;  // 2.
+  if (pressure < (will_block ? 0.50 : 0.75)) return;                  // 3.
   // 4. Julia: 0/0 is NaN and `NaN > max` is false, so with no collection
   // yet (last_gc_time 0) the rate never blocks; x/0 is Inf and blocks.
-  const double since = current_time - last_time_;
-  const double gc_rate = last_gc_time_ == 0 ? 0 : since > 0 ? last_gc_time_ / since : std::numeric_limits<double>::infinity();
+  const double since = current_time - stats.last_time;
+  const double gc_rate =
+      stats.last_gc_time == 0 ? 0 : since > 0 ? stats.last_gc_time / since : std::numeric_limits<double>::infinity();
   double max_gc_rate = 0.05;  // 5.
-  if (last_freed_ > 0.1 * size_) max_gc_rate *= 2;
+  if (stats.last_freed > 0.1 * stats.size) max_gc_rate *= 2;
   if (will_block) max_gc_rate *= 2;
   if (pressure > 0.90) max_gc_rate *= 2;
   if (pressure > 0.95) max_gc_rate *= 2;
   if (gc_rate > max_gc_rate) return;
-  last_time_ = current_time;  // 6.
+  stats.last_time = current_time;  // 6.
   const outcome o = run_collection(gc_kind::minor, will_block ? gc_reason::quiet_moment : gc_reason::early);  // 7.
-  last_freed_ = static_cast<double>(o.reclaimed);
-  last_gc_time_ = 0.75 * last_gc_time_ + 0.25 * o.seconds;
+  stats.last_freed = static_cast<double>(o.devices[dev].reclaimed);
+  stats.last_gc_time = 0.75 * stats.last_gc_time + 0.25 * o.seconds;
 }
 
 // Note [CUDA.jl's out-of-memory path]
@@ -273,15 +293,17 @@ bool cudajl_policy::reclaim(device_allocator& a, ladder_step step) {
 // collection lock is not counted (.NET's counters are lock-free atomics).
 class dotnet_policy final : public gc_policy {
  public:
-  dotnet_policy(device_allocator& a, collector& c, policy_options o) : gc_policy(a, c, o) {
+  // .NET's memory-pressure counters are process-wide (one GC heap): with
+  // several devices every device's allocations and frees go to the same slots.
+  dotnet_policy(const std::vector<device_allocator*>& d, collector& c, policy_options o) : gc_policy(d, c, o) {
     const collector_counters k = c.counters();  // Note [Baselines take deltas]
     gen2_seen_ = k.full_collections;
     seconds_seen_ = k.seconds;
-    last_live_ = a.live_bytes();
+    last_live_ = live_all();
   }
   const char* name() const noexcept override { return "dotnet"; }
 
-  void before_allocate(device_allocator& a, std::size_t bytes, stream_ref) override {
+  void before_allocate(device_allocator&, std::size_t bytes, stream_ref) override {
     std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
     if (!lk.owns_lock()) return;
     check_collection_count();
@@ -291,7 +313,7 @@ class dotnet_policy final : public gc_policy {
       note_removals();  // finalizers of what completed free now: the new slot's removals
       absorb_own_work();
     }
-    last_live_ = a.live_bytes() + bytes;
+    last_live_ = live_all() + bytes;
   }
 
   void quiet_moment(bool) override {
@@ -311,6 +333,12 @@ class dotnet_policy final : public gc_policy {
   static constexpr int k_slots = 4;
 
   std::size_t slot() const noexcept { return static_cast<std::size_t>(iteration_ % k_slots); }
+
+  std::size_t live_all() const noexcept {
+    std::size_t live = 0;
+    for (const device_allocator* d : devices()) live += d->live_bytes();
+    return live;
+  }
 
   void rotate() {
     ++iteration_;
@@ -340,7 +368,7 @@ class dotnet_policy final : public gc_policy {
 
   // RemoveMemoryPressure for the frees since the previous look.
   void note_removals() {
-    const std::size_t live = alloc_.live_bytes();
+    const std::size_t live = live_all();
     if (live < last_live_) rem_[slot()] = saturating_add(rem_[slot()], last_live_ - live);
     last_live_ = live;
   }
@@ -429,12 +457,17 @@ const char* const k_names[] = {"pressure", "at_limit", "every_iteration", "cudaj
 const char* const* policy_names() noexcept { return k_names; }
 
 std::unique_ptr<gc_policy> make_policy(const std::string& name, device_allocator& a, collector& c, policy_options o) {
-  if (name == "pressure") return make_pressure_policy(a, c, o);
-  if (name == "at_limit") return std::make_unique<at_limit_policy>(a, c, o);
-  if (name == "every_iteration") return std::make_unique<every_iteration_policy>(a, c, o);
-  if (name == "cudajl") return std::make_unique<cudajl_policy>(a, c, o);
-  if (name == "dotnet") return std::make_unique<dotnet_policy>(a, c, o);
-  if (name == "explicit_free") return std::make_unique<explicit_free_policy>(a, c, o);
+  return make_policy(name, std::vector<device_allocator*>{&a}, c, o);
+}
+
+std::unique_ptr<gc_policy> make_policy(const std::string& name, const std::vector<device_allocator*>& d, collector& c,
+                                       policy_options o) {
+  if (name == "pressure") return make_pressure_policy(d, c, o);
+  if (name == "at_limit") return std::make_unique<at_limit_policy>(d, c, o);
+  if (name == "every_iteration") return std::make_unique<every_iteration_policy>(d, c, o);
+  if (name == "cudajl") return std::make_unique<cudajl_policy>(d, c, o);
+  if (name == "dotnet") return std::make_unique<dotnet_policy>(d, c, o);
+  if (name == "explicit_free") return std::make_unique<explicit_free_policy>(d, c, o);
   std::string known;
   for (const char* const* n = k_names; *n; ++n) known += std::string(known.empty() ? "" : n[1] ? ", " : " or ") + *n;
   GCPRESSURE_FAIL("unknown policy '" + name + "' (expected " + known + ")");

@@ -25,6 +25,7 @@ const option_info k_options[] = {
     {"GCPRESSURE_BACKEND", "auto",
      "auto | host | cuda (cudaMalloc) | cuda_async (cudaMallocAsync); auto: cuda_async with a GPU, else host"},
     {"GCPRESSURE_DEVICE", "0", "CUDA device ordinal"},
+    {"GCPRESSURE_DEVICES", "(GCPRESSURE_DEVICE)", "device ordinals served by one policy, e.g. 0,1 (wins over GCPRESSURE_DEVICE)"},
     {"GCPRESSURE_HOST_CAPACITY", "16GiB", "capacity of the simulated (host) device"},
     {"GCPRESSURE_SOFT_LIMIT", "75% of hard", "device bytes above which the policy collects eagerly"},
     {"GCPRESSURE_HARD_LIMIT", "100%", "device bytes the library never reserves beyond"},
@@ -279,10 +280,29 @@ const char* to_string(backend_choice b) noexcept {
   return "?";
 }
 
+std::vector<int> parse_device_list(std::string_view text, std::string_view what) {
+  const std::string w(what), all(text);
+  std::vector<int> out;
+  std::size_t at = 0;
+  while (at <= all.size()) {
+    const std::size_t comma = std::min(all.find(',', at), all.size());
+    const std::string item = trim(all.substr(at, comma - at).c_str());
+    if (item.empty()) bad(w.c_str(), all, "expected device ordinals separated by commas, e.g. 0,1");
+    const int d = static_cast<int>(parse_int(w.c_str(), item.c_str(), 0, k_max_device));
+    if (std::find(out.begin(), out.end(), d) != out.end()) bad(w.c_str(), all, "a device is listed twice");
+    out.push_back(d);
+    at = comma + 1;
+  }
+  return out;
+}
+
+std::vector<int> config::device_list() const { return devices.empty() ? std::vector<int>{device} : devices; }
+
 config config_from_env(config c) {
   warn_unknown_env_once();
   if (const char* v = env("GCPRESSURE_BACKEND")) c.backend = parse_backend(v, "GCPRESSURE_BACKEND");
   if (const char* v = env("GCPRESSURE_DEVICE")) c.device = static_cast<int>(parse_int("GCPRESSURE_DEVICE", v, 0, k_max_device));
+  if (const char* v = env("GCPRESSURE_DEVICES")) c.devices = parse_device_list(v, "GCPRESSURE_DEVICES");
   if (const char* v = env("GCPRESSURE_HOST_CAPACITY")) c.host_capacity = parse_bytes("GCPRESSURE_HOST_CAPACITY", v);
   if (const char* v = env("GCPRESSURE_SOFT_LIMIT")) c.soft_limit = parse_size(v, "GCPRESSURE_SOFT_LIMIT");
   if (const char* v = env("GCPRESSURE_HARD_LIMIT")) c.hard_limit = parse_size(v, "GCPRESSURE_HARD_LIMIT");
@@ -307,6 +327,12 @@ config apply_options(const options& o, config c) {
   if (o.device) {
     if (*o.device < 0 || *o.device > k_max_device) bad("options.device", std::to_string(*o.device), "out of range");
     c.device = *o.device;
+    c.devices.clear();  // the program asked for one device: a GCPRESSURE_DEVICES list does not apply
+  }
+  if (o.devices) {
+    std::string text;
+    for (int d : *o.devices) text += (text.empty() ? "" : ",") + std::to_string(d);
+    c.devices = parse_device_list(text, "options.devices");
   }
   if (o.host_capacity) {
     if (*o.host_capacity == 0) bad("options.host_capacity", "0", "a size must be at least 1 byte");

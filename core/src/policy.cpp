@@ -43,20 +43,74 @@ policy_options policy_options::from_config(const config& c) {
   return o;
 }
 
+namespace {
+const std::vector<device_allocator*>& checked(const std::vector<device_allocator*>& devices) {
+  GCPRESSURE_EXPECTS(!devices.empty(), "gc_policy: no device to serve");
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    GCPRESSURE_EXPECTS(devices[i] != nullptr, "gc_policy: a null device allocator");
+    for (std::size_t j = 0; j < i; ++j)
+      GCPRESSURE_EXPECTS(devices[j] != devices[i], "gc_policy: one device allocator listed twice");
+  }
+  return devices;
+}
+}  // namespace
+
 gc_policy::gc_policy(device_allocator& a, collector& c, policy_options o)
-    : alloc_(a),
+    : gc_policy(std::vector<device_allocator*>{&a}, c, o) {}
+
+gc_policy::gc_policy(const std::vector<device_allocator*>& devices, collector& c, policy_options o)
+    : alloc_(*checked(devices).front()),
+      devices_(devices),
       gc_(c),
       opts_(o),
       clock_(o.clock ? o.clock : &steady_clock_source()),
       start_(clock_->now()),
-      counters0_(c.counters()) {
+      counters0_(c.counters()),
+      reclaimed_by_device_(devices.size(), 0) {
   GCPRESSURE_EXPECTS(o.gc_budget > 0 && o.gc_budget <= 1, "policy_options.gc_budget must be in (0, 1]");
   GCPRESSURE_EXPECTS(o.every_n >= 1, "policy_options.every_n must be >= 1");
-  a.set_hook(this);
+  for (device_allocator* d : devices_) d->set_hook(this);
 }
 
 gc_policy::~gc_policy() {
-  if (alloc_.hook() == this) alloc_.set_hook(nullptr);
+  for (device_allocator* d : devices_)
+    if (d->hook() == this) d->set_hook(nullptr);
+}
+
+std::size_t gc_policy::device_index(const device_allocator& a) const noexcept {
+  std::size_t i = 0;
+  while (i < devices_.size() && devices_[i] != &a) ++i;
+  return i;
+}
+
+void gc_policy::drain_all() noexcept {
+  for (device_allocator* d : devices_) d->drain();
+}
+
+void gc_policy::mark_all() noexcept {
+  for (device_allocator* d : devices_) d->mark();
+}
+
+void gc_policy::sample_before(outcome& o) const {
+  o.devices.assign(devices_.size(), device_outcome{});
+  o.young_before = 0;
+  for (std::size_t i = 0; i < devices_.size(); ++i) {
+    o.devices[i].young_before = devices_[i]->since_mark();
+    o.devices[i].live_before = devices_[i]->live_bytes();
+    o.young_before += o.devices[i].young_before;
+  }
+}
+
+void gc_policy::sample_after(outcome& o) const {
+  if (o.devices.size() != devices_.size()) sample_before(o);  // nothing before: nothing reclaimed
+  o.live_after = o.reclaimed = 0;
+  for (std::size_t i = 0; i < devices_.size(); ++i) {
+    device_outcome& d = o.devices[i];
+    d.live_after = devices_[i]->live_bytes();
+    d.reclaimed = d.live_before > d.live_after ? d.live_before - d.live_after : 0;
+    o.live_after += d.live_after;
+    o.reclaimed += d.reclaimed;
+  }
 }
 
 double gc_policy::wall_seconds() const noexcept { return clock_->now() - start_; }
@@ -68,6 +122,8 @@ void gc_policy::record(gc_kind kind, gc_reason reason, const outcome& o, double 
   stats_.gc_seconds += o.seconds;
   stats_.longest_pause_seconds = std::max(stats_.longest_pause_seconds, pause);
   stats_.reclaimed_bytes += o.reclaimed;
+  for (std::size_t i = 0; i < o.devices.size() && i < reclaimed_by_device_.size(); ++i)
+    reclaimed_by_device_[i] += o.devices[i].reclaimed;
   ++collections_;
   if (opts_.verbose)
     std::fprintf(stderr, "gcpressure[%s]: %s collection (%s) %.3f ms, reclaimed %s, live %s\n", name(),
@@ -102,8 +158,8 @@ thread_local gc_policy::device_probe* t_probe = nullptr;
 // Errors of the stream operations reach the caller: record() throws from
 // the constructor; a failed query() is kept and rethrown by rethrow() once
 // the collection bookkeeping is done (the device counts as done meanwhile).
-gc_policy::device_probe::device_probe(gc_policy& p, stream_ref stream)
-    : p_(p), ops_(&p.alloc_.streams()), event_(ops_->record(stream)), prev_(t_probe) {
+gc_policy::device_probe::device_probe(gc_policy& p, stream_ref stream, device_allocator* on)
+    : p_(p), ops_(&(on ? *on : p.alloc_).streams()), event_(ops_->record(stream)), prev_(t_probe) {
   t_probe = this;
 }
 
@@ -137,7 +193,7 @@ void gc_policy::account_exposure(double seconds) {
 gc_policy::outcome gc_policy::run_collection(gc_kind kind, gc_reason reason) {
   outcome o;
   if (t_collecting) {
-    o.live_after = alloc_.live_bytes();
+    sample_after(o);
     return o;
   }
   std::lock_guard<std::recursive_timed_mutex> lk(collect_mu_);
@@ -151,9 +207,8 @@ gc_policy::outcome gc_policy::run_collection(gc_kind kind, gc_reason reason) {
     o = outcome{};
   }
   collecting_scope scope;
-  alloc_.drain();  // frees already queued are not this collection's work
-  o.young_before = alloc_.since_mark();
-  const std::size_t before = alloc_.live_bytes();
+  drain_all();  // frees already queued are not this collection's work
+  sample_before(o);
   const double t0 = now();
   if (kind == gc_kind::minor && gc_.minor_is_whole_heap()) kind = gc_kind::blocking_full;
   switch (kind) {
@@ -167,11 +222,10 @@ gc_policy::outcome gc_policy::run_collection(gc_kind kind, gc_reason reason) {
   }
   const double pause = now() - t0;
   gc_.run_finalizers();
-  alloc_.drain();
+  drain_all();
   o.seconds = now() - t0;
-  o.live_after = alloc_.live_bytes();
-  o.reclaimed = before > o.live_after ? before - o.live_after : 0;
-  alloc_.mark();
+  sample_after(o);
+  mark_all();
   account_exposure(o.seconds);
   if (kind == gc_kind::incremental_full) {
     std::lock_guard<std::mutex> s(stats_mu_);
@@ -184,16 +238,18 @@ gc_policy::outcome gc_policy::run_collection(gc_kind kind, gc_reason reason) {
 // Note [Sliced cycles]
 bool gc_policy::step_cycle(gc_kind kind, gc_reason reason, outcome* out, bool back_to_back) {
   if (t_collecting) {
-    if (out) out->live_after = alloc_.live_bytes();
+    if (out) {
+      *out = outcome{};
+      sample_after(*out);
+    }
     return true;  // the outer collection does the work
   }
   collecting_scope scope;
   std::lock_guard<std::recursive_timed_mutex> lk(collect_mu_);
   const double t0 = now();
   if (!cycle_active()) {
-    alloc_.drain();
-    cycle_live_before_ = alloc_.live_bytes();
-    cycle_young_before_ = alloc_.since_mark();
+    drain_all();
+    sample_before(cycle_before_);
     cycle_seconds_ = 0;
     cycle_run_ = 0;
     cycle_blocking_ = false;
@@ -220,15 +276,13 @@ bool gc_policy::step_cycle(gc_kind kind, gc_reason reason, outcome* out, bool ba
   cycle_ = gc_kind::blocking_full;
   const double t1 = now();
   gc_.run_finalizers();
-  alloc_.drain();
-  outcome o;
-  o.young_before = cycle_young_before_;
-  o.live_after = alloc_.live_bytes();
-  o.reclaimed = cycle_live_before_ > o.live_after ? cycle_live_before_ - o.live_after : 0;
+  drain_all();
+  outcome o = cycle_before_;
+  sample_after(o);
   const double fin = now() - t1;
   account_exposure(fin);
   o.seconds = fin;  // slices are already in gc_seconds
-  alloc_.mark();
+  mark_all();
   if (cycle_blocking_) {
     std::lock_guard<std::mutex> s(stats_mu_);
     stats_.blocking_cycles++;
@@ -241,7 +295,7 @@ bool gc_policy::step_cycle(gc_kind kind, gc_reason reason, outcome* out, bool ba
 
 void gc_policy::collect(gc_kind kind) { run_collection(kind, gc_reason::user); }
 
-void gc_policy::before_block(const std::function<bool()>&) { quiet_moment(true); }
+void gc_policy::before_block(device_allocator&, const std::function<bool()>&) { quiet_moment(true); }
 
 // Note [Collect in the device's time]
 // A GPU-bound loop's host spends most of each iteration waiting for the
@@ -255,8 +309,10 @@ void gc_policy::before_block(const std::function<bool()>&) { quiet_moment(true);
 // still busy afterwards, exactly when the wait ends. (A first version took a
 // sync with collections as "at least this long", which let slices that ran
 // past the device's end inflate the estimate that allowed them.)
-void gc_policy::synchronize(stream_ref stream) {
-  stream_ops& ops = alloc_.streams();
+void gc_policy::synchronize(stream_ref stream, device_allocator* on) {
+  device_allocator& dev = on ? *on : alloc_;
+  GCPRESSURE_EXPECTS(device_index(dev) < devices_.size(), "synchronize: the device is not one this policy serves");
+  stream_ops& ops = dev.streams();
   if (t_collecting) {  // from inside a collection: only wait
     event_ref e = ops.record(stream);
     struct rel {
@@ -273,11 +329,11 @@ void gc_policy::synchronize(stream_ref stream) {
   const double t0 = now();
   double sample = 0;
   {
-    device_probe probe(*this, stream);
+    device_probe probe(*this, stream, &dev);
     if (probe.busy()) {
       {
         std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
-        if (lk.owns_lock()) before_block([&probe] { return probe.busy(); });
+        if (lk.owns_lock()) before_block(dev, [&probe] { return probe.busy(); });
       }
       const double t1 = now();
       const bool still = probe.busy();
@@ -339,7 +395,9 @@ void gc_policy::fill_stats(collection_stats& out) const {
   std::lock_guard<std::mutex> lk(stats_mu_);
   out = stats_;
   out.policy = name();
-  out.finalized = alloc_.deferred().pushed();
+  out.finalized = 0;
+  for (const device_allocator* d : devices_) out.finalized += d->deferred().pushed();
+  out.policy_devices = static_cast<std::uint32_t>(devices_.size());
   out.reclaimed_per_collection = collections_ ? static_cast<double>(stats_.reclaimed_bytes) / collections_ : 0;
   auto delta = [](auto now, auto then) { return now > then ? now - then : decltype(now){}; };
   out.runtime_collections = delta(c.own_collections, counters0_.own_collections);
@@ -351,6 +409,16 @@ void gc_policy::fill_stats(collection_stats& out) const {
   // The runtime's own collections ran inside its allocator, on the critical
   // path as far as anyone can tell: all exposed.
   out.exposed_gc_seconds += out.runtime_gc_seconds;
+}
+
+void gc_policy::fill_stats_for(const device_allocator& a, collection_stats& out) const {
+  fill_stats(out);
+  const std::size_t i = device_index(a);
+  if (devices_.size() == 1 || i == devices_.size()) return;
+  out.finalized = a.deferred().pushed();
+  std::lock_guard<std::mutex> lk(stats_mu_);
+  out.reclaimed_bytes = reclaimed_by_device_[i];
+  out.reclaimed_per_collection = collections_ ? static_cast<double>(out.reclaimed_bytes) / collections_ : 0;
 }
 
 }  // namespace gcpressure

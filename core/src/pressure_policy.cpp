@@ -56,75 +56,40 @@
 #include <atomic>
 #include <vector>
 
+#include "cost_model.hpp"
 #include "gcpressure/policy.hpp"
 
 namespace gcpressure {
 
-namespace detail {
-
-// Note [Minor cost is fixed + per young byte]
-// A minor collection costs a fixed part (roots, dirty pages, re-protecting
-// the heap: O(heap) with mprotect dirty bits) plus a part that grows with
-// the young objects it must mark and sweep. Least squares over the recent
-// (young bytes, seconds) samples separates the two; treating the whole cost
-// as fixed makes the young budget and the cost chase each other upwards.
-// The first sample (the runtime's first mark of a freshly built heap) is
-// skipped, later ones are clamped to 8x the running estimate.
-class cost_model {
- public:
-  void add(double young, double seconds) {
-    if (++seen_ == 1) return;
-    const double x = ema_ > 0 ? std::min(seconds, 8 * ema_) : seconds;
-    ema_ = ema_ > 0 ? 0.75 * ema_ + 0.25 * x : x;
-    if (samples_.size() == 16) samples_.erase(samples_.begin());
-    samples_.emplace_back(young, x);
-  }
-  bool known() const noexcept { return !samples_.empty(); }
-  double mean() const noexcept { return ema_; }
-  // Fixed part a and per-byte part b of a collection's cost.
-  void fit(double* a, double* b) const {
-    *a = ema_;
-    *b = 0;
-    if (samples_.empty()) return;
-    const double n = static_cast<double>(samples_.size());
-    double sx = 0, sy = 0, sxx = 0, sxy = 0, ymin = samples_.front().second;
-    for (const auto& [x, y] : samples_) {
-      sx += x;
-      sy += y;
-      sxx += x * x;
-      sxy += x * y;
-      ymin = std::min(ymin, y);
-    }
-    const double den = n * sxx - sx * sx;
-    if (samples_.size() < 3 || den <= 1e-9 * n * sxx) {
-      *a = ymin;  // no spread in young sizes: call the cheapest one fixed
-      return;
-    }
-    *b = std::max(0.0, (n * sxy - sx * sy) / den);
-    *a = std::max(0.0, (sy - *b * sx) / n);
-    if (*b == 0) *a = sy / n;
-  }
-  double predict(double young) const {
-    double a, b;
-    fit(&a, &b);
-    return a + b * young;
-  }
-
- private:
-  std::vector<std::pair<double, double>> samples_;
-  double ema_ = 0;
-  std::uint64_t seen_ = 0;
-};
-
-}  // namespace detail
 
 namespace {
 
 constexpr int k_headroom_collections_per_iteration = 2;  // Note [No collection storms]
 
+// Note [Per-device state]
+// What the policy learns about device memory is per device (Note [One
+// policy, N devices] in policy.hpp): its floor, old and live bytes, its
+// allocation rate and yield, its headroom and the other tenants' share of
+// it. What it learns about the collector is shared: the cost of a minor
+// (which depends on the host heap, and on the young objects of all devices
+// together), the cost and wall time of a whole-heap cycle, the exposed time.
+struct device_state {
+  // Guarded by collect_mu_.
+  double rate = 0, yield = 1.0;  // young bytes per second; share of young bytes gone at a collection
+  std::size_t live_after = 0, old = 0, floor = 0;  // Note [Generations of device bytes]
+  double stretch = 0;            // Note [Quiet moments]: bytes per stretch between hints
+  std::size_t young_at_quiet = 0, collected_since_quiet = 0;
+  std::size_t backoff = 0;       // Note [No collection storms]
+  // Relaxed atomics: read without the lock (Note [Concurrent allocators],
+  // Note [The allocation fast path]).
+  std::atomic<std::size_t> device_free{0}, reserved_at_refresh{0};
+  std::atomic<std::size_t> fast_young{0}, fast_live{0}, fast_reserved{0};  // 0 fast_young: slow path
+};
+
 class pressure_policy final : public gc_policy {
  public:
-  pressure_policy(device_allocator& a, collector& c, policy_options o) : gc_policy(a, c, o) {
+  pressure_policy(const std::vector<device_allocator*>& d, collector& c, policy_options o)
+      : gc_policy(d, c, o), dev_(new device_state[d.size()]) {
     last_end_ = now();
     own_full_seen_ = c.counters().own_full_collections;
     refresh_device();
@@ -132,20 +97,22 @@ class pressure_policy final : public gc_policy {
   const char* name() const noexcept override { return "pressure"; }
 
   void before_allocate(device_allocator& a, std::size_t bytes, stream_ref stream) override {
-    if (nothing_due(a, bytes)) return;  // Note [The allocation fast path]
+    const std::size_t i = device_index(a);
+    if (i == devices().size() || nothing_due(i, a, bytes)) return;  // Note [The allocation fast path]
     std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
     if (!lk.owns_lock()) {
       // Note [Concurrent allocators]: another thread is collecting. Below
       // the headroom, allocate without queueing behind it. Over it, wait for
       // that collection (bounded): allocating now would take the room it is
       // making for its own allocation, and one of us would fail for nothing.
-      if (!over_headroom(a, bytes)) return;
+      if (!over_headroom(i, a, bytes)) return;
       if (!lk.try_lock_for(std::chrono::seconds(5))) return;
     }
     if (now() - refreshed_at_ > 0.1) refresh_device();  // other tenants: a bounded rate
+    device_state& d = dev_[i];
     const std::size_t young = a.since_mark() + bytes;
-    const std::size_t budget = alloc_budget();
-    const bool over = over_headroom(a, bytes);
+    const std::size_t budget = alloc_budget(i);
+    const bool over = over_headroom(i, a, bytes);
     // A probe on the allocation's stream: work still running there when a
     // collection ends means the host ran ahead and the collection was hidden
     // (Note [Exposed GC time]).
@@ -155,29 +122,30 @@ class pressure_policy final : public gc_policy {
       // cycle is paced by the exposed budget, a sliced minor waits for syncs.
       const bool need = young >= budget || over;
       if (!need && (minor_cycle_active() || exposed_fraction() >= opts_.gc_budget)) return;
-      device_probe probe(*this, stream);
+      device_probe probe(*this, stream, &a);
       outcome o;
       if (need) finish_cycle(gc_reason::early);
       else if (step_full_cycle(gc_reason::early, &o)) after_full(o);
       probe.rethrow();
       return;
     }
-    const bool headroom_due = over && young >= std::max(opts_.min_young_bytes, backoff_) &&
+    const bool headroom_due = over && young >= std::max(opts_.min_young_bytes, d.backoff) &&
                               headroom_collections_ < k_headroom_collections_per_iteration;
     if (young < budget && !headroom_due) {
-      publish_fast_path(budget);
+      publish_fast_path();
       return;
     }
-    device_probe probe(*this, stream);
-    collected_since_quiet_ += young - bytes;
+    device_probe probe(*this, stream, &a);
+    for (std::size_t j = 0; j < devices().size(); ++j) dev_[j].collected_since_quiet += devices()[j]->since_mark();
     if (young < budget) ++headroom_collections_;
     begin_minor();
     const outcome o = run_collection(gc_kind::minor, gc_reason::early);
     // Note [No collection storms]: a headroom collection that found little
-    // doubles the young bytes the next one needs.
-    backoff_ = o.reclaimed * 4 < o.young_before ? std::max(backoff_ * 2, opts_.min_young_bytes) : 0;
+    // on this device doubles the young bytes the next one needs there.
+    const device_outcome& od = o.devices[i];
+    d.backoff = od.reclaimed * 4 < od.young_before ? std::max(d.backoff * 2, opts_.min_young_bytes) : 0;
     finish_minor(o, gc_reason::early);
-    publish_fast_path(alloc_budget());
+    publish_fast_path();
     probe.rethrow();
   }
 
@@ -186,14 +154,14 @@ class pressure_policy final : public gc_policy {
     std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
     if (!lk.owns_lock()) return;  // another thread's collection: its counters stay
     headroom_collections_ = 0;
-    backoff_ = 0;
+    for (std::size_t i = 0; i < devices().size(); ++i) dev_[i].backoff = 0;
   }
 
   void quiet_moment(bool will_block) override {
     std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
     if (!lk.owns_lock()) return;
     quiet_work(will_block);
-    publish_fast_path(alloc_budget());
+    publish_fast_path();
   }
 
  protected:
@@ -202,17 +170,24 @@ class pressure_policy final : public gc_policy {
   // the expected slack so that the work stays hidden. A minor that does not
   // fit runs as a sliced cycle over several syncs where the collector can
   // (Note [Sliced cycles]).
-  void before_block(const std::function<bool()>& device_busy) override {
+  void before_block(device_allocator&, const std::function<bool()>& device_busy) override {
     block_work(device_busy);
-    publish_fast_path(alloc_budget());
+    publish_fast_path();
   }
 
  private:
+  std::size_t young_of(std::size_t i) const noexcept { return devices()[i]->since_mark(); }
+  std::size_t young_all() const noexcept {
+    std::size_t y = 0;
+    for (const device_allocator* a : devices()) y += a->since_mark();
+    return y;
+  }
+
   void quiet_work(bool will_block) {
     if (will_block) {
       // No stream to poll: assume the device is busy for the smoothed slack.
       const double t0 = now(), slack = slack_estimate();
-      before_block([&] { return now() - t0 < slack; });
+      block_work([&] { return now() - t0 < slack; });
       return;
     }
     // Note [Quiet moments defer to syncs]: a loop that also synchronizes
@@ -232,32 +207,48 @@ class pressure_policy final : public gc_policy {
     // Note [Quiet moments]: collect here when the next stretch of work (as
     // much as was allocated since the last quiet moment) would cross the
     // alloc budget anyway: the collection then happens where few temporaries
-    // are alive instead of in the middle of the work.
-    const std::size_t young = alloc_.since_mark();
-    const std::size_t total = young + collected_since_quiet_;
-    const double stretch = static_cast<double>(total > young_at_quiet_ ? total - young_at_quiet_ : 0);
-    stretch_ = stretch_ > 0 ? 0.75 * stretch_ + 0.25 * stretch : stretch;
-    young_at_quiet_ = young;
-    collected_since_quiet_ = 0;
-    const std::size_t budget = alloc_budget();
-    const bool enough = young >= static_cast<std::size_t>(opts_.quiet_fraction * static_cast<double>(budget));
-    const bool would_cross = static_cast<double>(young) + stretch_ >= static_cast<double>(budget);
-    if (young >= opts_.min_young_bytes / 2 && enough && would_cross) {
+    // are alive instead of in the middle of the work. Any device may ask.
+    bool due = false;
+    for (std::size_t i = 0; i < devices().size(); ++i) due = quiet_due(i) || due;
+    if (due) {
       begin_minor();
       finish_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment), gc_reason::quiet_moment);
     }
+  }
+
+  // Updates device i's stretch bookkeeping; true if it wants a collection now.
+  bool quiet_due(std::size_t i) {
+    device_state& d = dev_[i];
+    const std::size_t young = young_of(i);
+    const std::size_t total = young + d.collected_since_quiet;
+    const double stretch = static_cast<double>(total > d.young_at_quiet ? total - d.young_at_quiet : 0);
+    d.stretch = d.stretch > 0 ? 0.75 * d.stretch + 0.25 * stretch : stretch;
+    d.young_at_quiet = young;
+    d.collected_since_quiet = 0;
+    const std::size_t budget = alloc_budget(i);
+    const bool enough = young >= static_cast<std::size_t>(opts_.quiet_fraction * static_cast<double>(budget));
+    const bool would_cross = static_cast<double>(young) + d.stretch >= static_cast<double>(budget);
+    return young >= opts_.min_young_bytes / 2 && enough && would_cross;
+  }
+
+  // True if some device's young bytes reached its sync budget.
+  bool sync_due() const {
+    for (std::size_t i = 0; i < devices().size(); ++i) {
+      const std::size_t young = young_of(i);
+      if (young >= std::max(opts_.min_young_bytes, sync_budget(i, young))) return true;
+    }
+    return false;
   }
 
   void block_work(const std::function<bool()>& device_busy) {
     const double deadline = now() + slack_estimate();
     const auto room = [&] { return now() + opts_.slice_seconds <= deadline && device_busy(); };
     if (!cycle_active()) {
-      const std::size_t young = alloc_.since_mark();
-      if (young < std::max(opts_.min_young_bytes, sync_budget(young))) return;
+      if (!sync_due()) return;
       // A whole minor only where it surely fits; a sliced one otherwise.
       const double share = gc_.has_incremental_minor() ? 0.5 : 1.0;
       const bool fits =
-          minor_cost_.known() && minor_cost_.predict(static_cast<double>(young)) <= share * slack_estimate();
+          minor_cost_.known() && minor_cost_.predict(static_cast<double>(young_all())) <= share * slack_estimate();
       if (!gc_.has_incremental_minor() || fits) {
         if (!room() && minor_cost_.known()) return;
         begin_minor(true);
@@ -278,32 +269,39 @@ class pressure_policy final : public gc_policy {
 
   // Note [The allocation fast path]
   // before_allocate runs before every allocation (a pool hit costs ~100 ns).
-  // When no cycle is in progress and the allocation stays under the young
-  // budget, the headroom and the device-free threshold last computed under
-  // the collection lock, and the device's free memory was read less than
-  // 0.1 s ago, nothing can be due: return with a few relaxed loads and one
-  // clock read, without the lock or the cost model. The thresholds are
+  // When no cycle is in progress and the allocation stays under its
+  // device's young budget, headroom and device-free threshold last computed
+  // under the collection lock, and the devices' free memory was read less
+  // than 0.1 s ago, nothing can be due: return with a few relaxed loads and
+  // one clock read, without the lock or the cost model. The thresholds are
   // published by the slow paths; a cycle in progress disables the fast path.
-  bool nothing_due(device_allocator& a, std::size_t bytes) const noexcept {
-    if (fast_young_.load(std::memory_order_relaxed) == 0) return false;
-    if (a.since_mark() + bytes >= fast_young_.load(std::memory_order_relaxed)) return false;
-    if (a.live_bytes() + bytes > fast_live_.load(std::memory_order_relaxed)) return false;
-    if (a.reserved_bytes() + bytes > fast_reserved_.load(std::memory_order_relaxed)) return false;
+  bool nothing_due(std::size_t i, device_allocator& a, std::size_t bytes) const noexcept {
+    const device_state& d = dev_[i];
+    const std::size_t young_limit = d.fast_young.load(std::memory_order_relaxed);
+    if (young_limit == 0 || a.since_mark() + bytes >= young_limit) return false;
+    if (a.live_bytes() + bytes > d.fast_live.load(std::memory_order_relaxed)) return false;
+    if (a.reserved_bytes() + bytes > d.fast_reserved.load(std::memory_order_relaxed)) return false;
     return now() - fast_refreshed_.load(std::memory_order_relaxed) < 0.1;
   }
 
-  void publish_fast_path(std::size_t budget) noexcept {
-    if (cycle_active()) {
-      fast_young_.store(0, std::memory_order_relaxed);
-      return;
-    }
-    const std::size_t hard = alloc_.hard_limit() / 20 * 19;
-    fast_live_.store(std::min(alloc_.soft_limit(), hard), std::memory_order_relaxed);
-    const std::size_t free_then = device_free_.load(std::memory_order_relaxed);
-    const std::size_t at = reserved_at_refresh_.load(std::memory_order_relaxed);
-    fast_reserved_.store(free_then > 0 ? at + free_then - free_then / 10 : ~std::size_t{0}, std::memory_order_relaxed);
+  void publish_fast_path() noexcept {
+    const bool off = cycle_active();
     fast_refreshed_.store(refreshed_at_, std::memory_order_relaxed);
-    fast_young_.store(budget, std::memory_order_relaxed);
+    for (std::size_t i = 0; i < devices().size(); ++i) {
+      device_state& d = dev_[i];
+      if (off) {
+        d.fast_young.store(0, std::memory_order_relaxed);
+        continue;
+      }
+      const device_allocator& a = *devices()[i];
+      const std::size_t hard = a.hard_limit() / 20 * 19;
+      d.fast_live.store(std::min(a.soft_limit(), hard), std::memory_order_relaxed);
+      const std::size_t free_then = d.device_free.load(std::memory_order_relaxed);
+      const std::size_t at = d.reserved_at_refresh.load(std::memory_order_relaxed);
+      d.fast_reserved.store(free_then > 0 ? at + free_then - free_then / 10 : ~std::size_t{0},
+                            std::memory_order_relaxed);
+      d.fast_young.store(alloc_budget(i), std::memory_order_relaxed);
+    }
   }
 
   double exposed_fraction() const {
@@ -311,20 +309,20 @@ class pressure_policy final : public gc_policy {
     return wall > 0 ? own_exposed_seconds() / wall : 0;
   }
 
-  // Until the first whole-heap collection the floor is 0: every old byte is
-  // suspect, so the first cycle comes early and measures the true floor.
-  double floor_estimate() const noexcept { return static_cast<double>(floor_); }
-
-  // Note [Two young budgets]: the alloc budget.
-  std::size_t alloc_budget() const {
-    const double mem = std::max(opts_.growth * floor_estimate(), static_cast<double>(opts_.min_young_bytes));
-    double b = std::max(mem, time_floor(minor_cost_.known() ? minor_cost_.predict(mem) : 0)) /
-               std::clamp(yield_, 0.5, 1.0);
-    return static_cast<std::size_t>(std::min(b, headroom()));
+  // Note [Two young budgets]: device i's alloc budget. Until the first
+  // whole-heap collection the floor is 0: every old byte is suspect, so the
+  // first cycle comes early and measures the true floor.
+  std::size_t alloc_budget(std::size_t i) const {
+    const device_state& d = dev_[i];
+    const double mem =
+        std::max(opts_.growth * static_cast<double>(d.floor), static_cast<double>(opts_.min_young_bytes));
+    double b = std::max(mem, time_floor(i, minor_cost_.known() ? minor_cost_.predict(mem) : 0)) /
+               std::clamp(d.yield, 0.5, 1.0);
+    return static_cast<std::size_t>(std::min(b, headroom(i)));
   }
 
-  // Note [Two young budgets]: the sync budget, for `young` bytes now.
-  std::size_t sync_budget(std::size_t young) const {
+  // Note [Two young budgets]: device i's sync budget, for `young` bytes now.
+  std::size_t sync_budget(std::size_t i, std::size_t young) const {
     // Learn the cost where it is cheapest. Then the exposed part of a minor
     // as measured (Note [Exposed GC time]); before that, the part of a whole
     // minor that outlasts the slack (a sliced one is assumed to fit).
@@ -336,24 +334,28 @@ class pressure_policy final : public gc_policy {
                     : std::max(0.0, minor_cost_.predict(static_cast<double>(young)) - slack_estimate());
     if (exposed <= 1e-4) return opts_.min_young_bytes;
     const double wall = wall_seconds();
-    if (wall > 0 && (own_exposed_seconds() + exposed) / wall > opts_.gc_budget) return alloc_budget();
-    const double b = std::max(static_cast<double>(opts_.min_young_bytes), time_floor(exposed));
-    return static_cast<std::size_t>(std::min({b, static_cast<double>(alloc_budget()), headroom()}));
+    if (wall > 0 && (own_exposed_seconds() + exposed) / wall > opts_.gc_budget) return alloc_budget(i);
+    const double b = std::max(static_cast<double>(opts_.min_young_bytes), time_floor(i, exposed));
+    return static_cast<std::size_t>(std::min({b, static_cast<double>(alloc_budget(i)), headroom(i)}));
   }
 
-  // Young bytes that keep collections costing `cost` each within the GC
-  // budget at the measured allocation rate.
-  double time_floor(double cost) const {
-    if (rate_ <= 0 || cost <= 0) return 0;
-    return cost * rate_ / opts_.gc_budget;
+  // Young bytes on device i that keep collections costing `cost` each within
+  // the GC budget at that device's allocation rate. A collection resets
+  // every device's young bytes, so collections come at the rate of the
+  // device that fills its budget first: per-device floors bound it.
+  double time_floor(std::size_t i, double cost) const {
+    const double rate = dev_[i].rate;
+    if (rate <= 0 || cost <= 0) return 0;
+    return cost * rate / opts_.gc_budget;
   }
 
-  // Room for young bytes under the soft limit and the device's free memory.
-  double headroom() const {
-    const double live = static_cast<double>(live_after_);
-    const double soft = static_cast<double>(alloc_.soft_limit());
+  // Room for young bytes on device i under its soft limit and free memory.
+  double headroom(std::size_t i) const {
+    const device_state& d = dev_[i];
+    const double live = static_cast<double>(d.live_after);
+    const double soft = static_cast<double>(devices()[i]->soft_limit());
     double room = soft > live ? soft - live : 0;
-    const std::size_t free_then = device_free_.load(std::memory_order_relaxed);
+    const std::size_t free_then = d.device_free.load(std::memory_order_relaxed);
     if (free_then > 0) room = std::min(room, 0.9 * static_cast<double>(free_then));
     return std::max(room, static_cast<double>(opts_.min_young_bytes));
   }
@@ -361,35 +363,41 @@ class pressure_policy final : public gc_policy {
   // True when this allocation would take live bytes past the soft limit, or
   // allocated bytes near the hard limit or the device's free memory
   // (Note [No collection storms]: cached bytes do not count).
-  bool over_headroom(device_allocator& a, std::size_t bytes) const {
+  bool over_headroom(std::size_t i, device_allocator& a, std::size_t bytes) const {
     const std::size_t live = a.live_bytes() + bytes;
     if (live > a.soft_limit()) return true;
     if (live > a.hard_limit() / 20 * 19) return true;
     // Free device memory (other processes count), refreshed at a bounded
     // rate. Read without the collection lock by threads that wait for
     // another's collection (Note [Concurrent allocators]): relaxed atomics.
+    const device_state& d = dev_[i];
     const std::size_t reserved = a.reserved_bytes() + bytes;
-    const std::size_t at_refresh = reserved_at_refresh_.load(std::memory_order_relaxed);
-    const std::size_t free_then = device_free_.load(std::memory_order_relaxed);
+    const std::size_t at_refresh = d.reserved_at_refresh.load(std::memory_order_relaxed);
+    const std::size_t free_then = d.device_free.load(std::memory_order_relaxed);
     const std::size_t grown = reserved > at_refresh ? reserved - at_refresh : 0;
     return free_then > 0 && grown + free_then / 10 > free_then;
   }
 
   void refresh_device() {
     refreshed_at_ = now();
-    try {
-      device_free_.store(alloc_.device_memory().free, std::memory_order_relaxed);
-      reserved_at_refresh_.store(alloc_.reserved_bytes(), std::memory_order_relaxed);
-    } catch (...) {
-      device_free_.store(0, std::memory_order_relaxed);
+    for (std::size_t i = 0; i < devices().size(); ++i) {
+      device_state& d = dev_[i];
+      try {
+        d.device_free.store(devices()[i]->device_memory().free, std::memory_order_relaxed);
+        d.reserved_at_refresh.store(devices()[i]->reserved_bytes(), std::memory_order_relaxed);
+      } catch (...) {
+        d.device_free.store(0, std::memory_order_relaxed);
+      }
     }
   }
 
   void learn_rate(const outcome& o) {
     const double interval = now() - last_end_ - o.seconds;
-    if (interval > 0 && o.young_before > 0) {
-      const double r = static_cast<double>(o.young_before) / interval;
-      rate_ = rate_ > 0 ? 0.75 * rate_ + 0.25 * r : r;
+    for (std::size_t i = 0; i < o.devices.size(); ++i) {
+      device_state& d = dev_[i];
+      if (interval <= 0 || o.devices[i].young_before == 0) continue;
+      const double r = static_cast<double>(o.devices[i].young_before) / interval;
+      d.rate = d.rate > 0 ? 0.75 * d.rate + 0.25 * r : r;
     }
     last_end_ = now();
   }
@@ -409,20 +417,23 @@ class pressure_policy final : public gc_policy {
       minor_at_sync_ = false;
     }
     minor_cost_.add(static_cast<double>(o.young_before), o.seconds);
-    // Yield: the share of the young bytes that is gone, whoever freed it
-    // (the runtime's own collections free handles too, unseen by `reclaimed`).
-    if (o.young_before > 0) {
-      const std::size_t grew = o.live_after > live_after_ ? o.live_after - live_after_ : 0;
-      const std::size_t gone = o.young_before > grew ? o.young_before - grew : 0;
-      // Smoothed: one minor measured while finalizers were still queued
-      // (seen on the H200: 0.5 of 4 GiB found, 15 GiB by the next) must not
-      // quadruple the next budget.
-      const double y = static_cast<double>(gone) / static_cast<double>(o.young_before);
-      yield_ = 0.75 * yield_ + 0.25 * y;
+    for (std::size_t i = 0; i < o.devices.size(); ++i) {
+      device_state& d = dev_[i];
+      const device_outcome& od = o.devices[i];
+      // Yield: the share of the young bytes that is gone, whoever freed it
+      // (the runtime's own collections free handles too, unseen by
+      // `reclaimed`). Smoothed: one minor measured while finalizers were
+      // still queued (seen on the H200: 0.5 of 4 GiB found, 15 GiB by the
+      // next) must not quadruple the next budget.
+      if (od.young_before > 0) {
+        const std::size_t grew = od.live_after > d.live_after ? od.live_after - d.live_after : 0;
+        const std::size_t gone = od.young_before > grew ? od.young_before - grew : 0;
+        d.yield = 0.75 * d.yield + 0.25 * static_cast<double>(gone) / static_cast<double>(od.young_before);
+      }
+      d.live_after = od.live_after;
+      d.old = od.live_after;  // every survivor is old now
+      if (gc_.minor_is_whole_heap()) d.floor = od.live_after;  // and nothing old is garbage
     }
-    live_after_ = o.live_after;
-    old_ = o.live_after;  // every survivor is old now
-    if (gc_.minor_is_whole_heap()) set_floor(o.live_after);  // and nothing old is garbage
     refresh_device();
   }
 
@@ -432,16 +443,16 @@ class pressure_policy final : public gc_policy {
     const double wall = now() - cycle_started_;
     full_wall_ = full_wall_ > 0 ? 0.75 * full_wall_ + 0.25 * wall : wall;
     full_backoff_ = o.reclaimed * 4 < suspect_at_start_ ? std::min(full_backoff_ * 2, 64.0) : 1;
-    live_after_ = o.live_after;
-    set_floor(o.live_after);
+    for (std::size_t i = 0; i < o.devices.size(); ++i) {
+      dev_[i].live_after = o.devices[i].live_after;
+      dev_[i].floor = dev_[i].old = o.devices[i].live_after;
+    }
     refresh_device();
   }
 
-  void set_floor(std::size_t live) { floor_ = old_ = live; }
-
   void finish_minor(const outcome& o, gc_reason reason) {
     after_minor(o);
-    young_at_quiet_ = 0;
+    for (std::size_t i = 0; i < devices().size(); ++i) dev_[i].young_at_quiet = 0;
     maybe_start_full(reason);
   }
 
@@ -455,58 +466,67 @@ class pressure_policy final : public gc_policy {
   }
 
   // Note [Generations of device bytes], Note [Whole-heap cycles pay for the
-  // young bytes they hold].
+  // young bytes they hold]: a cycle is worth it when one device's suspected
+  // garbage is (the most-pressed device decides, never the sum).
+  bool full_worth(std::size_t* suspect_sum) {
+    const double expected_wall = full_wall_ > 0 ? full_wall_ : 2 * expected_full_cost();
+    bool worth = false;
+    *suspect_sum = 0;
+    for (std::size_t i = 0; i < devices().size(); ++i) {
+      device_state& d = dev_[i];
+      d.old = std::min(d.old, devices()[i]->live_bytes());
+      const std::size_t suspect = d.old > d.floor ? d.old - d.floor : 0;
+      *suspect_sum += suspect;
+      if (suspect < opts_.min_young_bytes) continue;
+      // Garbage on a device nobody allocates from costs nothing until its
+      // memory is needed: an idle device asks for a cycle only when pressed.
+      if (d.rate <= 0 && !pressing(i)) continue;
+      const double held = d.rate * expected_wall;
+      const std::size_t young_budget = sync_count() > 0 ? sync_budget(i, young_of(i)) : alloc_budget(i);
+      const bool enough = static_cast<double>(suspect) >= full_backoff_ * std::max(held, static_cast<double>(young_budget));
+      worth = worth || enough || pressing(i);
+    }
+    return worth;
+  }
+
+  bool pressing(std::size_t i) const { return dev_[i].live_after > devices()[i]->soft_limit() / 10 * 8; }
+  double expected_full_cost() const { return full_cost_ > 0 ? full_cost_ : 5 * minor_cost_.mean(); }
+
   void maybe_start_full(gc_reason reason) {
-    const std::size_t live = alloc_.live_bytes();
     const std::uint64_t own_full = gc_.counters().own_full_collections;
     if (own_full != own_full_seen_) {  // the runtime ran a whole-heap collection itself
       own_full_seen_ = own_full;
-      set_floor(live);
+      for (std::size_t i = 0; i < devices().size(); ++i) dev_[i].floor = dev_[i].old = devices()[i]->live_bytes();
       return;
     }
-    old_ = std::min(old_, live);
-    const std::size_t suspect = old_ > floor_ ? old_ - floor_ : 0;
-    if (suspect < opts_.min_young_bytes) return;
-    const double expected_cost = full_cost_ > 0 ? full_cost_ : 5 * minor_cost_.mean();
-    const double expected_wall = full_wall_ > 0 ? full_wall_ : 2 * expected_cost;
-    const double held = rate_ * expected_wall;
-    const std::size_t young_budget = sync_count() > 0 ? sync_budget(alloc_.since_mark()) : alloc_budget();
-    const bool pressing = live_after_ > alloc_.soft_limit() / 10 * 8;
-    const bool worth =
-        static_cast<double>(suspect) >= full_backoff_ * std::max(held, static_cast<double>(young_budget)) || pressing;
-    if (!worth) return;
+    std::size_t suspect = 0;
+    if (!full_worth(&suspect)) return;
+    bool any_pressing = false;
+    for (std::size_t i = 0; i < devices().size(); ++i) any_pressing = any_pressing || pressing(i);
     const double wall = wall_seconds();
     const bool in_device_time = sync_count() > 0 && slack_estimate() > 0;
     const bool affordable =
-        in_device_time || (wall > 0 && (own_exposed_seconds() + expected_cost) / wall <= opts_.gc_budget);
-    if (!affordable && !pressing) return;
+        in_device_time || (wall > 0 && (own_exposed_seconds() + expected_full_cost()) / wall <= opts_.gc_budget);
+    if (!affordable && !any_pressing) return;
     cycle_started_ = now();
     suspect_at_start_ = suspect;
     outcome o;
     if (step_full_cycle(reason, &o)) after_full(o);
   }
 
+  std::unique_ptr<device_state[]> dev_;  // one per devices()
   detail::cost_model minor_cost_;
   double minor_exposed_ = 0, exposed_at_minor_start_ = 0;  // smoothed exposed seconds per minor
   std::uint64_t minor_exposed_samples_ = 0;
   bool minor_at_sync_ = false;
-  double full_cost_ = 0, full_wall_ = 0, rate_ = 0, yield_ = 1.0;
+  double full_cost_ = 0, full_wall_ = 0;
   double cycle_started_ = 0;
-  // Quiet-moment bookkeeping: bytes allocated per stretch between hints.
-  double stretch_ = 0;
-  std::size_t young_at_quiet_ = 0, collected_since_quiet_ = 0;
-  std::size_t live_after_ = 0, old_ = 0, floor_ = 0;
   // A cycle that found less than a quarter of the suspected garbage doubles
   // the suspicion the next one needs (the live set grew instead).
   double full_backoff_ = 1;
   std::size_t suspect_at_start_ = 0;
   std::uint64_t own_full_seen_ = 0;
-  // Note [No collection storms]
-  int headroom_collections_ = 0;
-  std::size_t backoff_ = 0;
-  std::atomic<std::size_t> device_free_{0}, reserved_at_refresh_{0};
-  // Note [The allocation fast path]: 0 = take the slow path.
-  std::atomic<std::size_t> fast_young_{0}, fast_live_{0}, fast_reserved_{0};
+  int headroom_collections_ = 0;  // Note [No collection storms]
   std::atomic<double> fast_refreshed_{0};
   std::uint64_t syncs_at_quiet_ = 0;
   double refreshed_at_ = 0;
@@ -515,8 +535,9 @@ class pressure_policy final : public gc_policy {
 
 }  // namespace
 
-std::unique_ptr<gc_policy> make_pressure_policy(device_allocator& a, collector& c, policy_options o) {
-  return std::make_unique<pressure_policy>(a, c, o);
+std::unique_ptr<gc_policy> make_pressure_policy(const std::vector<device_allocator*>& devices, collector& c,
+                                                policy_options o) {
+  return std::make_unique<pressure_policy>(devices, c, o);
 }
 
 }  // namespace gcpressure

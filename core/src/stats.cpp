@@ -153,7 +153,8 @@ std::string to_json(const allocator_stats& s) {
   for (int i = 0; i < ladder_step_count; ++i)
     os << (i ? "," : "") << "\"" << to_string(static_cast<ladder_step>(i)) << "\":" << s.ladder[i];
   const auto& g = s.gc;
-  os << "},\"gc\":{\"policy\":\"" << json_escape(g.policy) << "\",\"by_kind\":{";
+  os << "},\"gc\":{\"policy\":\"" << json_escape(g.policy) << "\",\"policy_devices\":" << g.policy_devices
+     << ",\"by_kind\":{";
   for (int i = 0; i < gc_kind_count; ++i)
     os << (i ? "," : "") << "\"" << to_string(static_cast<gc_kind>(i)) << "\":" << g.by_kind[i];
   os << "},\"by_reason\":{";

@@ -1,6 +1,7 @@
 // GC-owned device buffers: allocation, finalizers, unsafe_free, shutdown.
 #include <new>
 #include <sstream>
+#include <string>
 #include <thread>
 
 #include "boehm_gc.hpp"
@@ -70,25 +71,60 @@ std::uint64_t orphaned_finalizations() noexcept { return g_orphaned.load(); }
 
 device_heap::device_heap(const options& o) {
   const config c = resolve_config(o);
-  open(allocator_options::from_config(c), c.policy, policy_options::from_config(c));
+  open(allocator_options::per_device(c), c.policy, policy_options::from_config(c));
 }
 
-device_heap::device_heap(allocator_options a, const std::string& policy, policy_options p) { open(a, policy, p); }
+device_heap::device_heap(allocator_options a, const std::string& policy, policy_options p) {
+  open({a}, policy, p);
+}
 
-void device_heap::open(const allocator_options& a, const std::string& policy, const policy_options& p) {
+device_heap::device_heap(const std::vector<allocator_options>& devices, const std::string& policy, policy_options p) {
+  open(devices, policy, p);
+}
+
+// Each device's allocator takes a finalizer slot of its own: a buffer names
+// its slot, so its finalizer finds its device's queue without the heap.
+void device_heap::open(const std::vector<allocator_options>& a, const std::string& policy, const policy_options& p) {
+  GCPRESSURE_EXPECTS(!a.empty(), "device_heap: no device");
   init();
-  alloc_ = std::make_unique<device_allocator>(a);
-  policy_ = make_policy(policy, *alloc_, collector_, p);
-  for (std::uint32_t i = 0; i < detail::slot_count; ++i) {
-    bool expected = false;
-    if (g_slots[i].taken.compare_exchange_strong(expected, true)) {
-      slot_ = i;
-      generation_ = g_slots[i].generation.fetch_add(1) + 1;
-      g_slots[i].alloc.store(alloc_.get());
-      return;
+  try {
+    std::vector<device_allocator*> raw;
+    for (const allocator_options& o : a) {
+      devices_.push_back(device_slot{std::make_unique<device_allocator>(o)});
+      raw.push_back(devices_.back().alloc.get());
     }
+    policy_ = make_policy(policy, raw, collector_, p);
+    for (device_slot& d : devices_) {
+      for (std::uint32_t i = 0; i < detail::slot_count && !d.taken; ++i) {
+        bool expected = false;
+        if (!g_slots[i].taken.compare_exchange_strong(expected, true)) continue;
+        d.slot = i;
+        d.generation = g_slots[i].generation.fetch_add(1) + 1;
+        d.taken = true;
+        g_slots[i].alloc.store(d.alloc.get());
+      }
+      if (!d.taken) GCPRESSURE_FAIL("device_heap: more than 256 device allocators alive at once");
+    }
+  } catch (...) {
+    release_slots();  // nothing was allocated through them yet
+    policy_.reset();
+    devices_.clear();
+    throw;
   }
-  GCPRESSURE_FAIL("device_heap: more than 256 heaps alive at once");
+}
+
+// Note [Shutdown]: finalizers that run from now on see a new generation and
+// do nothing; wait for those already looking at an allocator.
+void device_heap::release_slots() noexcept {
+  for (device_slot& d : devices_) {
+    if (!d.taken) continue;
+    detail::slot& s = g_slots[d.slot];
+    s.alloc.store(nullptr);
+    s.generation.fetch_add(1);
+    while (s.users.load() != 0) std::this_thread::yield();
+    s.taken.store(false);
+    d.taken = false;
+  }
 }
 
 std::unique_ptr<device_heap> device_heap::from_env() { return std::make_unique<device_heap>(); }
@@ -105,27 +141,24 @@ namespace {
 }  // namespace
 
 void device_heap::shutdown() {
-  if (!alloc_) return;
+  if (devices_.empty()) return;
   scrub_stack_below();
   collector_.collect_full();
   collector_.run_finalizers();
-  alloc_->drain();
-  // Note [Shutdown]: finalizers that run from now on see a new generation and
-  // do nothing; wait for those already looking at the allocator.
-  detail::slot& s = g_slots[slot_];
-  s.alloc.store(nullptr);
-  s.generation.fetch_add(1);
-  while (s.users.load() != 0) std::this_thread::yield();
-  s.taken.store(false);
+  for (device_slot& d : devices_) d.alloc->drain();
+  release_slots();
   policy_.reset();
-  alloc_.reset();
+  devices_.clear();
 }
 
 device_heap::~device_heap() { shutdown(); }
 
-device_allocator& device_heap::allocator() {
-  if (!alloc_) GCPRESSURE_FAIL("device_heap: used after shutdown()");
-  return *alloc_;
+device_allocator& device_heap::allocator(std::size_t device) {
+  if (devices_.empty()) GCPRESSURE_FAIL("device_heap: used after shutdown()");
+  if (device >= devices_.size())
+    GCPRESSURE_FAIL("device_heap: device index " + std::to_string(device) + " out of range (the heap has " +
+                    std::to_string(devices_.size()) + ")");
+  return *devices_[device].alloc;
 }
 
 gc_policy& device_heap::policy() {
@@ -133,13 +166,21 @@ gc_policy& device_heap::policy() {
   return *policy_;
 }
 
-allocator_stats device_heap::stats() const {
-  if (!alloc_) GCPRESSURE_FAIL("device_heap: used after shutdown()");
-  return alloc_->stats();
+allocator_stats device_heap::stats(std::size_t device) const {
+  return const_cast<device_heap*>(this)->allocator(device).stats();
 }
 
-buffer* device_heap::alloc(std::size_t bytes, stream_ref stream) {
-  void* p = allocator().allocate(bytes, stream);
+std::size_t device_heap::device_of(const buffer* b) const {
+  if (!b) GCPRESSURE_FAIL("device_of: null buffer");
+  for (std::size_t i = 0; i < devices_.size(); ++i)
+    if (b->slot == devices_[i].slot && b->generation == devices_[i].generation) return i;
+  misuse(b, "device_of: the buffer belongs to another heap");
+}
+
+buffer* device_heap::alloc(std::size_t bytes, stream_ref stream, std::size_t device) {
+  device_allocator& a = allocator(device);
+  const device_slot& d = devices_[device];
+  void* p = a.allocate(bytes, stream);
   // Note [Handles come from the global free lists]
   // Not GC_MALLOC_ATOMIC: with thread-local allocation (GC_THREADS), objects
   // on a thread's local free list are marked at every collection (bdwgc's
@@ -152,24 +193,26 @@ buffer* device_heap::alloc(std::size_t bytes, stream_ref stream) {
   // tests/test_boehm.cpp (BoehmFacts.*YoungHandles*).
   void* mem = GC_generic_malloc(sizeof(buffer), GC_I_PTRFREE);
   if (!mem) {
-    alloc_->deallocate(p, bytes, stream);
+    a.deallocate(p, bytes, stream);
     throw out_of_memory("gcpressure: the host GC heap has no room for a 48-byte buffer handle");
   }
-  auto* b = new (mem) buffer{GC_HIDE_POINTER(p), bytes, stream, slot_, generation_, {live}};
+  auto* b = new (mem) buffer{GC_HIDE_POINTER(p), bytes, stream, d.slot, d.generation, {live}};
   GC_register_finalizer_no_order(b, finalize, nullptr, nullptr, nullptr);
   return b;
 }
 
 void device_heap::unsafe_free(buffer* b) {
   if (!b) GCPRESSURE_FAIL("unsafe_free: null buffer");
-  if (!alloc_) GCPRESSURE_FAIL("device_heap: used after shutdown()");
-  if (b->slot != slot_ || b->generation != generation_) misuse(b, "unsafe_free: the buffer belongs to another heap");
+  if (devices_.empty()) GCPRESSURE_FAIL("device_heap: used after shutdown()");
+  std::size_t i = 0;
+  while (i < devices_.size() && (b->slot != devices_[i].slot || b->generation != devices_[i].generation)) ++i;
+  if (i == devices_.size()) misuse(b, "unsafe_free: the buffer belongs to another heap");
   int expected = live;
   if (!b->state.compare_exchange_strong(expected, freed))
     misuse(b, expected == freed ? "unsafe_free: buffer already freed (double unsafe_free)"
                                 : "unsafe_free: buffer already finalized");
   GC_register_finalizer_no_order(b, nullptr, nullptr, nullptr, nullptr);  // nothing left to finalize
-  alloc_->free(GC_REVEAL_POINTER(b->ptr), b->bytes, b->stream);
+  devices_[i].alloc->free(GC_REVEAL_POINTER(b->ptr), b->bytes, b->stream);
 }
 
 void* device_heap::data(const buffer* b) {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "gcpressure/config.hpp"
 #include "gcpressure/deferred_free_queue.hpp"
@@ -38,6 +39,12 @@ class allocation_hook {
   virtual bool reclaim(device_allocator& a, ladder_step step) = 0;
   // Adds the hook's own counters (collections, pauses) to a stats snapshot.
   virtual void fill_stats(collection_stats& out) const = 0;
+  // The counters as seen from allocator `a` (a hook serving several
+  // allocators reports each one's share). Default: fill_stats().
+  virtual void fill_stats_for(const device_allocator& a, collection_stats& out) const {
+    (void)a;
+    fill_stats(out);
+  }
 };
 
 struct allocator_options {
@@ -53,6 +60,9 @@ struct allocator_options {
   // From the GCPRESSURE_* environment (backend "auto": cuda_async when a GPU
   // is usable, host otherwise). Throws logic_error on a bad value.
   static allocator_options from_config(const config& c);
+  // One per device of c.device_list() (Note [One policy, N devices]), the
+  // same settings on each; a percentage limit resolves against each device.
+  static std::vector<allocator_options> per_device(const config& c);
 };
 
 // Thread safety: every member function is thread-safe unless noted.
@@ -81,6 +91,7 @@ class device_allocator {
 
   // Finalizer-safe: the queue finalizers push blocks onto.
   deferred_free_queue& deferred() noexcept { return deferred_; }
+  const deferred_free_queue& deferred() const noexcept { return deferred_; }
   // Returns every queued block to the pool. Returns the bytes drained.
   std::size_t drain() noexcept;
 

@@ -60,6 +60,7 @@ const char* to_string(backend_choice b) noexcept;
 struct config {
   backend_choice backend = backend_choice::automatic;  // GCPRESSURE_BACKEND: auto|host|cuda|cuda_async
   int device = 0;                                       // GCPRESSURE_DEVICE
+  std::vector<int> devices;                             // GCPRESSURE_DEVICES: "0,1" (empty: {device})
   std::size_t host_capacity = default_host_capacity;    // GCPRESSURE_HOST_CAPACITY (simulated device size)
   size_spec soft_limit;                                 // GCPRESSURE_SOFT_LIMIT (unset: 75% of the hard limit)
   size_spec hard_limit;                                 // GCPRESSURE_HARD_LIMIT (unset: device total)
@@ -69,7 +70,16 @@ struct config {
   double gc_budget = 0.05;                              // GCPRESSURE_GC_BUDGET: fraction of wall time
   int every_n = 1;                                      // GCPRESSURE_EVERY_N (every_iteration policy)
   bool verbose = false;                                 // GCPRESSURE_VERBOSE: 0|1
+
+  // The devices one policy serves (Note [One policy, N devices] in
+  // policy.hpp): `devices` when set, else {device}. Thread-safe.
+  std::vector<int> device_list() const;
 };
+
+// Parses "0,1,3" (device ordinals 0..1023, at least one, none twice; blanks
+// around items ignored). Throws logic_error naming `what` and the value.
+// Thread-safe.
+std::vector<int> parse_device_list(std::string_view text, std::string_view what = "devices");
 
 // Reads every GCPRESSURE_* variable over `base`. Throws logic_error on a bad
 // value. Warns once per name on stderr about a GCPRESSURE_* variable that no
@@ -82,7 +92,8 @@ config config_from_env(config base = {});
 // See Note [The environment is the default layer].
 struct options {
   std::optional<backend_choice> backend;
-  std::optional<int> device;
+  std::optional<int> device;         // one device; clears a GCPRESSURE_DEVICES list
+  std::optional<std::vector<int>> devices;
   std::optional<std::size_t> host_capacity;
   std::optional<size_spec> soft_limit;
   std::optional<size_spec> hard_limit;

@@ -1,9 +1,9 @@
 // gcpressure/policy.hpp — pressure policies: when to ask the runtime's
 // collector for which collection, so that device memory stays bounded.
 //
-// A policy is bound to one device_allocator and one collector; it installs
-// itself as the allocator's hook (Note [The hook point]) and removes itself
-// when destroyed. Policies: "pressure" (ours), and the baselines "at_limit",
+// A policy is bound to one collector and one or more device_allocators (one
+// per device: Note [One policy, N devices]); it installs itself as every
+// allocator's hook (Note [The hook point]) and removes itself when destroyed. Policies: "pressure" (ours), and the baselines "at_limit",
 // "every_iteration", "cudajl", "dotnet" and "explicit_free" — see
 // docs/DESIGN.md and core/src/baselines.cpp for what each one does.
 //
@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "gcpressure/allocator.hpp"
 #include "gcpressure/clock.hpp"
@@ -44,9 +45,22 @@ struct policy_options {
   static policy_options from_config(const config& c);
 };
 
+// Note [One policy, N devices]
+// A process with several GPUs has one host heap and one collector, so one
+// policy decides for all of them: every device keeps its own allocator
+// (pool, limits, statistics), and the policy keeps its budgets, floors and
+// rates per device. A collection is started by the most-pressed device (each
+// device's young bytes against that device's own budget, never the sum), so
+// an idle device never forces one; and because every collection frees
+// garbage on every device, each one drains, measures and marks them all,
+// accounting what it reclaimed per device.
 class gc_policy : public allocation_hook {
  public:
   gc_policy(device_allocator& a, collector& c, policy_options o);
+  // One policy over `devices` (at least one, no duplicates); devices()[0]
+  // is the primary one. The set is
+  // fixed for the policy's lifetime. Throws logic_error on a bad set.
+  gc_policy(const std::vector<device_allocator*>& devices, collector& c, policy_options o);
   ~gc_policy() override;
   gc_policy(const gc_policy&) = delete;
   gc_policy& operator=(const gc_policy&) = delete;
@@ -67,15 +81,17 @@ class gc_policy : public allocation_hook {
   // slices, polling the stream between them, and only then blocks until it
   // has completed (Note [Collect in the device's time]). Measures the slack:
   // how long the device still worked after the host had nothing left to do.
+  // `on`: the device `stream` belongs to (nullptr: the primary one).
   // Thread-safe; not from a finalizer or a collection (then it only blocks).
-  void synchronize(stream_ref stream);
+  void synchronize(stream_ref stream, device_allocator* on = nullptr);
 
   // While alive, collections run on this thread are checked against an event
   // recorded on `stream` now: a collection after which the device is still
   // busy overlapped device work entirely (hidden); otherwise it is exposed.
   class device_probe {
    public:
-    device_probe(gc_policy& p, stream_ref stream);
+    // `on`: the device `stream` belongs to (nullptr: the primary one).
+    device_probe(gc_policy& p, stream_ref stream, device_allocator* on = nullptr);
     ~device_probe();
     device_probe(const device_probe&) = delete;
     device_probe& operator=(const device_probe&) = delete;
@@ -101,8 +117,16 @@ class gc_policy : public allocation_hook {
   // allocation_hook
   bool reclaim(device_allocator& a, ladder_step step) override;
   void fill_stats(collection_stats& out) const override;
+  // The policy's statistics as seen from device `a`: the collections are
+  // shared, `reclaimed_bytes` and `finalized` are that device's.
+  void fill_stats_for(const device_allocator& a, collection_stats& out) const override;
 
+  // The primary device's allocator, and all of them (primary first).
+  // Thread-safe; finalizer-safe.
   device_allocator& allocator() noexcept { return alloc_; }
+  const std::vector<device_allocator*>& devices() const noexcept { return devices_; }
+  // Index of `a` in devices(), or devices().size() if it is not one of them.
+  std::size_t device_index(const device_allocator& a) const noexcept;
   collector& gc() noexcept { return gc_; }
   const policy_options& options() const noexcept { return opts_; }
   double wall_seconds() const noexcept;
@@ -116,11 +140,19 @@ class gc_policy : public allocation_hook {
   double own_exposed_seconds() const noexcept;
 
  protected:
+  // What a collection did to one device.
+  struct device_outcome {
+    std::size_t live_before = 0;
+    std::size_t reclaimed = 0;     // live bytes it freed there
+    std::size_t live_after = 0;
+    std::size_t young_before = 0;  // bytes allocated there since the previous collection
+  };
   struct outcome {
     double seconds = 0;            // wall time of the collection + finalizers + drain
-    std::size_t reclaimed = 0;     // device live bytes it freed
+    std::size_t reclaimed = 0;     // the sums over devices of the per-device figures
     std::size_t live_after = 0;
-    std::size_t young_before = 0;  // bytes allocated since the previous collection
+    std::size_t young_before = 0;
+    std::vector<device_outcome> devices;  // one per devices(), same order
   };
   // Runs a whole collection of `kind` (blocking_full or minor; an
   // incremental_full is finished in one go), then finalizers and the drain,
@@ -148,10 +180,12 @@ class gc_policy : public allocation_hook {
   // host blocks. `device_busy()` polls the stream (cheap). Default:
   // quiet_moment(true). Collections run from here are measured as hidden
   // while the device stays busy (Note [Exposed GC time]).
-  virtual void before_block(const std::function<bool()>& device_busy);
+  // `on`: the device whose stream the host is about to wait for.
+  virtual void before_block(device_allocator& on, const std::function<bool()>& device_busy);
 
 
-  device_allocator& alloc_;
+  device_allocator& alloc_;                // devices_[0]
+  const std::vector<device_allocator*> devices_;
   collector& gc_;
   policy_options opts_;
   // Serialises collections the policy runs. Never an allocator lock: frees
@@ -160,6 +194,11 @@ class gc_policy : public allocation_hook {
 
  private:
   void account_exposure(double seconds);
+  // Collection bookkeeping over every device (Note [One policy, N devices]).
+  void drain_all() noexcept;
+  void mark_all() noexcept;
+  void sample_before(outcome& o) const;  // young_before and live (in reclaimed) per device
+  void sample_after(outcome& o) const;   // live_after, reclaimed and the sums
 
   const clock_source* clock_;
   mutable std::mutex stats_mu_;
@@ -167,6 +206,7 @@ class gc_policy : public allocation_hook {
   std::uint64_t collections_ = 0;
   double start_;
   collector_counters counters0_;  // the collector's counters when the policy was made
+  std::vector<std::size_t> reclaimed_by_device_;  // guarded by stats_mu_
   double slack_ = 0;              // guarded by stats_mu_
 
   // Incremental whole-heap cycle state (guarded by collect_mu_).
@@ -174,8 +214,7 @@ class gc_policy : public allocation_hook {
   // blocking_full stands for "none".
   gc_kind cycle_ = gc_kind::blocking_full;
   double cycle_seconds_ = 0;
-  std::size_t cycle_live_before_ = 0;
-  std::size_t cycle_young_before_ = 0;
+  outcome cycle_before_;  // per-device young and live bytes when the cycle started
   double cycle_run_ = 0;         // length of the current run of back-to-back slices
   bool cycle_blocking_ = false;  // some slices of this cycle ran back to back
 };
@@ -184,6 +223,9 @@ class gc_policy : public allocation_hook {
 // dotnet | explicit_free. Throws logic_error naming the bad name.
 std::unique_ptr<gc_policy> make_policy(const std::string& name, device_allocator& a, collector& c,
                                        policy_options o = {});
+// The same over several devices (Note [One policy, N devices]).
+std::unique_ptr<gc_policy> make_policy(const std::string& name, const std::vector<device_allocator*>& devices,
+                                       collector& c, policy_options o = {});
 
 // Names of every policy, for help text and benchmarks (nullptr-terminated).
 const char* const* policy_names() noexcept;

@@ -93,6 +93,10 @@ struct collection_stats {
   std::uint64_t reclaimed_bytes = 0;        // device bytes freed by finalizers after collections
   double reclaimed_per_collection = 0;      // mean device bytes reclaimed per collection
   std::string policy;             // name of the policy in charge ("" when none)
+  // Devices the policy serves (Note [One policy, N devices]): with more than
+  // one, the counts and times above are shared by all of them, while
+  // finalized and reclaimed_* are this device's own.
+  std::uint32_t policy_devices = 1;
 };
 
 struct allocator_stats {

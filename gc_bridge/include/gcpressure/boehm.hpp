@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gcpressure/allocator.hpp"
 #include "gcpressure/collector.hpp"
@@ -109,7 +110,10 @@ class boehm_collector final : public collector {
 // The handle a runtime's array object points to. Opaque; a GC object.
 struct buffer;
 
-// One device: allocator + Boehm collector + policy, and GC-owned buffers.
+// One or more devices (Note [One policy, N devices] in policy.hpp): an
+// allocator per device, one Boehm collector and one policy over all of them,
+// and GC-owned buffers. Devices are numbered 0..device_count()-1 in the
+// order given (GCPRESSURE_DEVICES="2,3": index 0 is CUDA device 2).
 // Thread safety: every member is thread-safe for threads registered with
 // Boehm, except shutdown() and the destructor. From a finalizer: only
 // unsafe_free() and the static accessors. Calls boehm::init() (defaults)
@@ -123,6 +127,9 @@ class device_heap {
   explicit device_heap(const options& o);
   // Everything given: no GCPRESSURE_* variable is read.
   device_heap(allocator_options a, const std::string& policy, policy_options p = {});
+  // One policy over several devices, one allocator_options each (at least
+  // one). Everything given: no GCPRESSURE_* variable is read.
+  device_heap(const std::vector<allocator_options>& devices, const std::string& policy, policy_options p = {});
   // The same as device_heap(), on the heap.
   static std::unique_ptr<device_heap> from_env();
   // shutdown(), then the heap is gone.
@@ -143,7 +150,16 @@ class device_heap {
 
   // A GC-owned device buffer of `bytes` on `stream`. Never returns null:
   // throws out_of_memory (after the reclaim ladder) or logic_error (0 bytes).
-  buffer* alloc(std::size_t bytes, stream_ref stream = nullptr);
+  buffer* alloc(std::size_t bytes, stream_ref stream = nullptr) { return alloc(bytes, stream, 0); }
+  // The same on device `device` (0..device_count()-1; else logic_error);
+  // `stream` must belong to that device.
+  buffer* alloc(std::size_t bytes, stream_ref stream, std::size_t device);
+
+  // Thread-safe; finalizer-safe. 0 after shutdown().
+  std::size_t device_count() const noexcept { return devices_.size(); }
+  // The index of the device `b` lives on; logic_error if `b` is not a live
+  // buffer of this heap's. Thread-safe.
+  std::size_t device_of(const buffer* b) const;
 
   // Frees at once (CUDA.jl's unsafe_free!); the later finalizer does nothing.
   // A second unsafe_free, or one on a buffer of another heap, is logic_error.
@@ -167,23 +183,33 @@ class device_heap {
   // collection work runs while that work still runs, then this blocks until
   // it has completed (gc_policy::synchronize). Use it instead of the
   // runtime's own stream sync. Thread-safe; not from a finalizer.
-  void synchronize(stream_ref stream = nullptr) { policy().synchronize(stream); }
+  void synchronize(stream_ref stream = nullptr) { synchronize(stream, 0); }
+  // The same for a stream of device `device`.
+  void synchronize(stream_ref stream, std::size_t device) { policy().synchronize(stream, &allocator(device)); }
   void collect(gc_kind k) { policy().collect(k); }
 
-  // logic_error after shutdown().
-  device_allocator& allocator();
+  // Device `device`'s allocator and statistics (its gc section: the shared
+  // policy's collections, that device's reclaimed bytes). logic_error after
+  // shutdown() or for a device index out of range.
+  device_allocator& allocator(std::size_t device = 0);
   gc_policy& policy();
   boehm_collector& gc() noexcept { return collector_; }
-  allocator_stats stats() const;
+  allocator_stats stats(std::size_t device = 0) const;
 
  private:
-  void open(const allocator_options& a, const std::string& policy, const policy_options& p);
+  void open(const std::vector<allocator_options>& a, const std::string& policy, const policy_options& p);
+  void release_slots() noexcept;
 
-  std::unique_ptr<device_allocator> alloc_;
+  // One per device: its allocator and the finalizer slot its buffers name.
+  struct device_slot {
+    std::unique_ptr<device_allocator> alloc;
+    std::uint32_t slot = 0;
+    std::uint32_t generation = 0;
+    bool taken = false;
+  };
+  std::vector<device_slot> devices_;
   boehm_collector collector_;
   std::unique_ptr<gc_policy> policy_;
-  std::uint32_t slot_ = 0;
-  std::uint32_t generation_ = 0;
 };
 
 // Handles finalized whose heap was already gone (Note [Shutdown]).
