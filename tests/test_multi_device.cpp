@@ -240,3 +240,27 @@ TEST(MultiDevice, DeviceListsParseStrictly) {
   EXPECT_EQ(gcp::allocator_options::per_device(c).size(), 2u);
   EXPECT_EQ(gcp::allocator_options::per_device(c)[1].device, 1);
 }
+
+// Devices met one by one (PyTorch's allocator is called per device, lazily)
+// join the policy with add_device(): then they are served like the others.
+TEST(MultiDevice, AddDeviceLaterJoinsThePolicy) {
+  two_devices w("", host_limits(1u << 30, 768 * MiB), host_limits(1u << 30, 768 * MiB));
+  w.start("pressure", /*one_device=*/true);
+  EXPECT_EQ(w.policy->device_count(), 1u);
+  EXPECT_EQ(w.a1.hook(), nullptr);
+  w.policy->add_device(w.a1);
+  EXPECT_EQ(w.policy->device_count(), 2u);
+  EXPECT_EQ(w.a1.hook(), w.policy.get());
+  EXPECT_EQ(w.policy->device_index(w.a1), 1u);
+  EXPECT_THROW(w.policy->add_device(w.a1), gcp::logic_error);
+  EXPECT_THROW(w.policy->add_device(w.a0), gcp::logic_error);
+  const int d = w.make(1, 3 * MiB);  // over device 1's first 1 MiB budget: a collection
+  EXPECT_EQ(w.gc.collections(), 1);
+  w.gc.drop(d);
+  w.policy->collect(gcp::gc_kind::blocking_full);
+  EXPECT_EQ(w.a1.live_bytes(), 0u);
+  EXPECT_EQ(w.a1.stats().gc.reclaimed_bytes, 3 * MiB);
+  EXPECT_EQ(w.a0.stats().gc.policy_devices, 2u);
+  w.policy.reset();
+  EXPECT_EQ(w.a1.hook(), nullptr);
+}

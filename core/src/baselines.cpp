@@ -118,13 +118,13 @@ class every_iteration_policy final : public gc_policy {
 class cudajl_policy final : public gc_policy {
  public:
   cudajl_policy(const std::vector<device_allocator*>& d, collector& c, policy_options o)
-      : gc_policy(d, c, o), stats_(d.size()) {
+      : gc_policy(d, c, o), stats_(detail::device_list::capacity) {
     for (auto& s : stats_) s.last_time = now();
   }
   const char* name() const noexcept override { return "cudajl"; }
   void before_allocate(device_allocator& a, std::size_t, stream_ref) override { maybe_collect(a, false); }
   void quiet_moment(bool will_block) override {
-    for (device_allocator* d : devices()) maybe_collect(*d, will_block);
+    for (std::size_t i = 0, n = device_count(); i < n; ++i) maybe_collect(device(i), will_block);
   }
   // CUDA.jl sees no iteration boundaries; a loop's blocking syncs reach it
   // through synchronize() (before_block).
@@ -133,6 +133,7 @@ class cudajl_policy final : public gc_policy {
 
  protected:
   void before_block(device_allocator& on, const std::function<bool()>&) override { maybe_collect(on, true); }
+  void device_added(std::size_t i) override { stats_[i].last_time = now(); }
 
  private:
   struct memory_stats {  // CUDA.jl's MemoryStats, one per device
@@ -166,7 +167,7 @@ void cudajl_policy::maybe_collect(device_allocator& a, bool will_block) {
   std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
   if (!lk.owns_lock()) return;
   const std::size_t dev = device_index(a);
-  if (dev == devices().size()) return;
+  if (dev == device_count()) return;
   memory_stats& stats = stats_[dev];
   const double current_time = now();
   if (current_time - stats.size_updated > 10) {  // 1.
@@ -302,6 +303,8 @@ class dotnet_policy final : public gc_policy {
     last_live_ = live_all();
   }
   const char* name() const noexcept override { return "dotnet"; }
+  // A device added later brings its live bytes: not a RemoveMemoryPressure.
+  void device_added(std::size_t i) override { last_live_ += device(i).live_bytes(); }
 
   void before_allocate(device_allocator&, std::size_t bytes, stream_ref) override {
     std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
@@ -336,7 +339,7 @@ class dotnet_policy final : public gc_policy {
 
   std::size_t live_all() const noexcept {
     std::size_t live = 0;
-    for (const device_allocator* d : devices()) live += d->live_bytes();
+    for (std::size_t i = 0, n = device_count(); i < n; ++i) live += device(i).live_bytes();
     return live;
   }
 

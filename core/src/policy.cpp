@@ -60,41 +60,58 @@ gc_policy::gc_policy(device_allocator& a, collector& c, policy_options o)
 
 gc_policy::gc_policy(const std::vector<device_allocator*>& devices, collector& c, policy_options o)
     : alloc_(*checked(devices).front()),
-      devices_(devices),
       gc_(c),
       opts_(o),
       clock_(o.clock ? o.clock : &steady_clock_source()),
       start_(clock_->now()),
       counters0_(c.counters()),
-      reclaimed_by_device_(devices.size(), 0) {
+      reclaimed_by_device_(detail::device_list::capacity, 0) {
   GCPRESSURE_EXPECTS(o.gc_budget > 0 && o.gc_budget <= 1, "policy_options.gc_budget must be in (0, 1]");
   GCPRESSURE_EXPECTS(o.every_n >= 1, "policy_options.every_n must be >= 1");
-  for (device_allocator* d : devices_) d->set_hook(this);
+  GCPRESSURE_EXPECTS(devices.size() <= detail::device_list::capacity, "gc_policy: more than 64 devices");
+  for (device_allocator* d : devices) devices_.push_back(d);
+  for (device_allocator* d : devices) d->set_hook(this);
 }
 
 gc_policy::~gc_policy() {
-  for (device_allocator* d : devices_)
-    if (d->hook() == this) d->set_hook(nullptr);
+  for (std::size_t i = 0, n = devices_.size(); i < n; ++i)
+    if (devices_[i]->hook() == this) devices_[i]->set_hook(nullptr);
+}
+
+void gc_policy::add_device(device_allocator& a) {
+  std::lock_guard<std::recursive_timed_mutex> lk(collect_mu_);
+  GCPRESSURE_EXPECTS(device_index(a) == device_count(), "add_device: the policy serves this device already");
+  GCPRESSURE_EXPECTS(device_count() < detail::device_list::capacity, "add_device: more than 64 devices");
+  devices_.push_back(&a);
+  device_added(device_count() - 1);
+  a.set_hook(this);
+}
+
+std::vector<device_allocator*> gc_policy::devices() const {
+  std::vector<device_allocator*> v;
+  for (std::size_t i = 0, n = devices_.size(); i < n; ++i) v.push_back(devices_[i]);
+  return v;
 }
 
 std::size_t gc_policy::device_index(const device_allocator& a) const noexcept {
+  const std::size_t n = devices_.size();
   std::size_t i = 0;
-  while (i < devices_.size() && devices_[i] != &a) ++i;
+  while (i < n && devices_[i] != &a) ++i;
   return i;
 }
 
 void gc_policy::drain_all() noexcept {
-  for (device_allocator* d : devices_) d->drain();
+  for (std::size_t i = 0, n = devices_.size(); i < n; ++i) devices_[i]->drain();
 }
 
 void gc_policy::mark_all() noexcept {
-  for (device_allocator* d : devices_) d->mark();
+  for (std::size_t i = 0, n = devices_.size(); i < n; ++i) devices_[i]->mark();
 }
 
 void gc_policy::sample_before(outcome& o) const {
   o.devices.assign(devices_.size(), device_outcome{});
   o.young_before = 0;
-  for (std::size_t i = 0; i < devices_.size(); ++i) {
+  for (std::size_t i = 0; i < o.devices.size(); ++i) {
     o.devices[i].young_before = devices_[i]->since_mark();
     o.devices[i].live_before = devices_[i]->live_bytes();
     o.young_before += o.devices[i].young_before;
@@ -102,9 +119,12 @@ void gc_policy::sample_before(outcome& o) const {
 }
 
 void gc_policy::sample_after(outcome& o) const {
-  if (o.devices.size() != devices_.size()) sample_before(o);  // nothing before: nothing reclaimed
+  // A device added since sample_before (or no sample at all): nothing of
+  // its was reclaimed by this collection.
+  for (std::size_t i = o.devices.size(), n = devices_.size(); i < n; ++i)
+    o.devices.push_back(device_outcome{devices_[i]->live_bytes(), 0, 0, 0});
   o.live_after = o.reclaimed = 0;
-  for (std::size_t i = 0; i < devices_.size(); ++i) {
+  for (std::size_t i = 0; i < o.devices.size(); ++i) {
     device_outcome& d = o.devices[i];
     d.live_after = devices_[i]->live_bytes();
     d.reclaimed = d.live_before > d.live_after ? d.live_before - d.live_after : 0;
@@ -311,7 +331,7 @@ void gc_policy::before_block(device_allocator&, const std::function<bool()>&) { 
 // past the device's end inflate the estimate that allowed them.)
 void gc_policy::synchronize(stream_ref stream, device_allocator* on) {
   device_allocator& dev = on ? *on : alloc_;
-  GCPRESSURE_EXPECTS(device_index(dev) < devices_.size(), "synchronize: the device is not one this policy serves");
+  GCPRESSURE_EXPECTS(device_index(dev) < device_count(), "synchronize: the device is not one this policy serves");
   stream_ops& ops = dev.streams();
   if (t_collecting) {  // from inside a collection: only wait
     event_ref e = ops.record(stream);
@@ -396,8 +416,9 @@ void gc_policy::fill_stats(collection_stats& out) const {
   out = stats_;
   out.policy = name();
   out.finalized = 0;
-  for (const device_allocator* d : devices_) out.finalized += d->deferred().pushed();
-  out.policy_devices = static_cast<std::uint32_t>(devices_.size());
+  const std::size_t n = devices_.size();
+  for (std::size_t i = 0; i < n; ++i) out.finalized += devices_[i]->deferred().pushed();
+  out.policy_devices = static_cast<std::uint32_t>(n);
   out.reclaimed_per_collection = collections_ ? static_cast<double>(stats_.reclaimed_bytes) / collections_ : 0;
   auto delta = [](auto now, auto then) { return now > then ? now - then : decltype(now){}; };
   out.runtime_collections = delta(c.own_collections, counters0_.own_collections);
@@ -414,7 +435,7 @@ void gc_policy::fill_stats(collection_stats& out) const {
 void gc_policy::fill_stats_for(const device_allocator& a, collection_stats& out) const {
   fill_stats(out);
   const std::size_t i = device_index(a);
-  if (devices_.size() == 1 || i == devices_.size()) return;
+  if (device_count() == 1 || i == device_count()) return;
   out.finalized = a.deferred().pushed();
   std::lock_guard<std::mutex> lk(stats_mu_);
   out.reclaimed_bytes = reclaimed_by_device_[i];

@@ -89,7 +89,7 @@ struct device_state {
 class pressure_policy final : public gc_policy {
  public:
   pressure_policy(const std::vector<device_allocator*>& d, collector& c, policy_options o)
-      : gc_policy(d, c, o), dev_(new device_state[d.size()]) {
+      : gc_policy(d, c, o), dev_(new device_state[detail::device_list::capacity]) {
     last_end_ = now();
     own_full_seen_ = c.counters().own_full_collections;
     refresh_device();
@@ -98,7 +98,7 @@ class pressure_policy final : public gc_policy {
 
   void before_allocate(device_allocator& a, std::size_t bytes, stream_ref stream) override {
     const std::size_t i = device_index(a);
-    if (i == devices().size() || nothing_due(i, a, bytes)) return;  // Note [The allocation fast path]
+    if (i == device_count() || nothing_due(i, a, bytes)) return;  // Note [The allocation fast path]
     std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
     if (!lk.owns_lock()) {
       // Note [Concurrent allocators]: another thread is collecting. Below
@@ -136,7 +136,7 @@ class pressure_policy final : public gc_policy {
       return;
     }
     device_probe probe(*this, stream, &a);
-    for (std::size_t j = 0; j < devices().size(); ++j) dev_[j].collected_since_quiet += devices()[j]->since_mark();
+    for (std::size_t j = 0; j < device_count(); ++j) dev_[j].collected_since_quiet += device(j).since_mark();
     if (young < budget) ++headroom_collections_;
     begin_minor();
     const outcome o = run_collection(gc_kind::minor, gc_reason::early);
@@ -154,7 +154,7 @@ class pressure_policy final : public gc_policy {
     std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
     if (!lk.owns_lock()) return;  // another thread's collection: its counters stay
     headroom_collections_ = 0;
-    for (std::size_t i = 0; i < devices().size(); ++i) dev_[i].backoff = 0;
+    for (std::size_t i = 0; i < device_count(); ++i) dev_[i].backoff = 0;
   }
 
   void quiet_moment(bool will_block) override {
@@ -165,6 +165,11 @@ class pressure_policy final : public gc_policy {
   }
 
  protected:
+  void device_added(std::size_t) override {
+    refresh_device();
+    publish_fast_path();
+  }
+
   // Note [Collect in the device's time] (policy.cpp): what is due runs while
   // the device works, slice by slice, stopping a slice short of the end of
   // the expected slack so that the work stays hidden. A minor that does not
@@ -176,10 +181,10 @@ class pressure_policy final : public gc_policy {
   }
 
  private:
-  std::size_t young_of(std::size_t i) const noexcept { return devices()[i]->since_mark(); }
+  std::size_t young_of(std::size_t i) const noexcept { return device(i).since_mark(); }
   std::size_t young_all() const noexcept {
     std::size_t y = 0;
-    for (const device_allocator* a : devices()) y += a->since_mark();
+    for (std::size_t i = 0, n = device_count(); i < n; ++i) y += device(i).since_mark();
     return y;
   }
 
@@ -209,7 +214,7 @@ class pressure_policy final : public gc_policy {
     // alloc budget anyway: the collection then happens where few temporaries
     // are alive instead of in the middle of the work. Any device may ask.
     bool due = false;
-    for (std::size_t i = 0; i < devices().size(); ++i) due = quiet_due(i) || due;
+    for (std::size_t i = 0; i < device_count(); ++i) due = quiet_due(i) || due;
     if (due) {
       begin_minor();
       finish_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment), gc_reason::quiet_moment);
@@ -233,7 +238,7 @@ class pressure_policy final : public gc_policy {
 
   // True if some device's young bytes reached its sync budget.
   bool sync_due() const {
-    for (std::size_t i = 0; i < devices().size(); ++i) {
+    for (std::size_t i = 0; i < device_count(); ++i) {
       const std::size_t young = young_of(i);
       if (young >= std::max(opts_.min_young_bytes, sync_budget(i, young))) return true;
     }
@@ -287,13 +292,13 @@ class pressure_policy final : public gc_policy {
   void publish_fast_path() noexcept {
     const bool off = cycle_active();
     fast_refreshed_.store(refreshed_at_, std::memory_order_relaxed);
-    for (std::size_t i = 0; i < devices().size(); ++i) {
+    for (std::size_t i = 0; i < device_count(); ++i) {
       device_state& d = dev_[i];
       if (off) {
         d.fast_young.store(0, std::memory_order_relaxed);
         continue;
       }
-      const device_allocator& a = *devices()[i];
+      const device_allocator& a = device(i);
       const std::size_t hard = a.hard_limit() / 20 * 19;
       d.fast_live.store(std::min(a.soft_limit(), hard), std::memory_order_relaxed);
       const std::size_t free_then = d.device_free.load(std::memory_order_relaxed);
@@ -353,7 +358,7 @@ class pressure_policy final : public gc_policy {
   double headroom(std::size_t i) const {
     const device_state& d = dev_[i];
     const double live = static_cast<double>(d.live_after);
-    const double soft = static_cast<double>(devices()[i]->soft_limit());
+    const double soft = static_cast<double>(device(i).soft_limit());
     double room = soft > live ? soft - live : 0;
     const std::size_t free_then = d.device_free.load(std::memory_order_relaxed);
     if (free_then > 0) room = std::min(room, 0.9 * static_cast<double>(free_then));
@@ -380,11 +385,11 @@ class pressure_policy final : public gc_policy {
 
   void refresh_device() {
     refreshed_at_ = now();
-    for (std::size_t i = 0; i < devices().size(); ++i) {
+    for (std::size_t i = 0; i < device_count(); ++i) {
       device_state& d = dev_[i];
       try {
-        d.device_free.store(devices()[i]->device_memory().free, std::memory_order_relaxed);
-        d.reserved_at_refresh.store(devices()[i]->reserved_bytes(), std::memory_order_relaxed);
+        d.device_free.store(device(i).device_memory().free, std::memory_order_relaxed);
+        d.reserved_at_refresh.store(device(i).reserved_bytes(), std::memory_order_relaxed);
       } catch (...) {
         d.device_free.store(0, std::memory_order_relaxed);
       }
@@ -452,7 +457,7 @@ class pressure_policy final : public gc_policy {
 
   void finish_minor(const outcome& o, gc_reason reason) {
     after_minor(o);
-    for (std::size_t i = 0; i < devices().size(); ++i) dev_[i].young_at_quiet = 0;
+    for (std::size_t i = 0; i < device_count(); ++i) dev_[i].young_at_quiet = 0;
     maybe_start_full(reason);
   }
 
@@ -472,9 +477,9 @@ class pressure_policy final : public gc_policy {
     const double expected_wall = full_wall_ > 0 ? full_wall_ : 2 * expected_full_cost();
     bool worth = false;
     *suspect_sum = 0;
-    for (std::size_t i = 0; i < devices().size(); ++i) {
+    for (std::size_t i = 0; i < device_count(); ++i) {
       device_state& d = dev_[i];
-      d.old = std::min(d.old, devices()[i]->live_bytes());
+      d.old = std::min(d.old, device(i).live_bytes());
       const std::size_t suspect = d.old > d.floor ? d.old - d.floor : 0;
       *suspect_sum += suspect;
       if (suspect < opts_.min_young_bytes) continue;
@@ -489,20 +494,20 @@ class pressure_policy final : public gc_policy {
     return worth;
   }
 
-  bool pressing(std::size_t i) const { return dev_[i].live_after > devices()[i]->soft_limit() / 10 * 8; }
+  bool pressing(std::size_t i) const { return dev_[i].live_after > device(i).soft_limit() / 10 * 8; }
   double expected_full_cost() const { return full_cost_ > 0 ? full_cost_ : 5 * minor_cost_.mean(); }
 
   void maybe_start_full(gc_reason reason) {
     const std::uint64_t own_full = gc_.counters().own_full_collections;
     if (own_full != own_full_seen_) {  // the runtime ran a whole-heap collection itself
       own_full_seen_ = own_full;
-      for (std::size_t i = 0; i < devices().size(); ++i) dev_[i].floor = dev_[i].old = devices()[i]->live_bytes();
+      for (std::size_t i = 0; i < device_count(); ++i) dev_[i].floor = dev_[i].old = device(i).live_bytes();
       return;
     }
     std::size_t suspect = 0;
     if (!full_worth(&suspect)) return;
     bool any_pressing = false;
-    for (std::size_t i = 0; i < devices().size(); ++i) any_pressing = any_pressing || pressing(i);
+    for (std::size_t i = 0; i < device_count(); ++i) any_pressing = any_pressing || pressing(i);
     const double wall = wall_seconds();
     const bool in_device_time = sync_count() > 0 && slack_estimate() > 0;
     const bool affordable =
@@ -514,7 +519,7 @@ class pressure_policy final : public gc_policy {
     if (step_full_cycle(reason, &o)) after_full(o);
   }
 
-  std::unique_ptr<device_state[]> dev_;  // one per devices()
+  std::unique_ptr<device_state[]> dev_;  // one per device (capacity: add_device)
   detail::cost_model minor_cost_;
   double minor_exposed_ = 0, exposed_at_minor_start_ = 0;  // smoothed exposed seconds per minor
   std::uint64_t minor_exposed_samples_ = 0;

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "gcpressure/allocator.hpp"
 #include "gcpressure/boehm.hpp"
@@ -163,17 +164,36 @@ class callback_collector final : public collector {
 
 }  // namespace
 
+// Note [C handles over several devices]
+// gcpressure_create returns the group's handle (device index 0); with
+// several devices (options.devices, GCPRESSURE_DEVICES) it also owns one
+// member handle per further device (gcpressure_device_allocator). Every
+// handle names one device's allocator: alloc/free/usage/stats/limits/
+// synchronize act on it. The collector, the policy and the hints are the
+// group's, whichever handle is passed. Only the group handle is destroyed;
+// its members become tombstones with it.
 struct gcpressure_allocator {
   std::uint64_t magic = k_live;
+  gcpressure_allocator* group = nullptr;           // a member's group handle; nullptr for the group itself
+  std::size_t index = 0;                           // device index within the group
+  // The group's state (unused in members):
   std::unique_ptr<boehm::device_heap> heap;        // GCPRESSURE_COLLECTOR_BOEHM
-  std::unique_ptr<device_allocator> alloc;         // GCPRESSURE_COLLECTOR_CALLBACKS
+  std::vector<std::unique_ptr<device_allocator>> allocs;  // GCPRESSURE_COLLECTOR_CALLBACKS, one per device
+  std::vector<gcpressure_allocator*> members;      // devices 1..n-1 (owned; leaked as tombstones on destroy)
   std::unique_ptr<callback_collector> collector;
   std::unique_ptr<gc_policy> policy;
   std::string policy_name;
   policy_options popts;
 
-  device_allocator& a() { return heap ? heap->allocator() : *alloc; }
-  gc_policy* p() { return heap ? &heap->policy() : policy.get(); }
+  gcpressure_allocator& g() { return group ? *group : *this; }
+  std::size_t devices() { return g().heap ? g().heap->device_count() : g().allocs.size(); }
+  device_allocator& a() { return g().heap ? g().heap->allocator(index) : *g().allocs[index]; }
+  gc_policy* p() { return g().heap ? &g().heap->policy() : g().policy.get(); }
+  std::vector<device_allocator*> all() {
+    std::vector<device_allocator*> v;
+    for (auto& x : g().allocs) v.push_back(x.get());
+    return v;
+  }
 };
 
 namespace {
@@ -183,6 +203,11 @@ gcpressure_status check(gcpressure_allocator* a) {
   if (a->magic == k_dead) return fail(GCPRESSURE_ERR_SHUTDOWN, "gcpressure: the allocator was destroyed");
   if (a->magic != k_live) return fail(GCPRESSURE_ERR_INVALID, "gcpressure: not an allocator handle");
   return GCPRESSURE_OK;
+}
+
+// The devices field arrived in API version 3: read only if struct_size covers it.
+const char* devices_field(const gcpressure_options& o) {
+  return o.struct_size >= offsetof(gcpressure_options, devices) + sizeof(o.devices) ? o.devices : nullptr;
 }
 
 template <class F>
@@ -239,6 +264,7 @@ gcpressure_status read_options(const gcpressure_options& o, options& out) {
   if (o.gc_budget > 0) out.gc_budget = o.gc_budget;
   if (o.every_n < 0) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: every_n must be >= 0");
   if (o.every_n > 0) out.every_n = o.every_n;
+  if (const char* d = devices_field(o)) out.devices = parse_device_list(d, "options.devices");
   return GCPRESSURE_OK;
 }
 
@@ -306,17 +332,25 @@ gcpressure_status gcpressure_create(const gcpressure_options* o, gcpressure_allo
     auto h = std::make_unique<gcpressure_allocator>();
     h->policy_name = c.policy;
     h->popts = policy_options::from_config(c);
-    const auto ao = allocator_options::from_config(c);
+    const auto ao = allocator_options::per_device(c);
     if (kind == GCPRESSURE_COLLECTOR_BOEHM) {
       h->heap = std::make_unique<boehm::device_heap>(ao, c.policy, h->popts);
     } else {
-      h->alloc = std::make_unique<device_allocator>(ao);
+      for (const auto& one : ao) h->allocs.push_back(std::make_unique<device_allocator>(one));
     }
     // Note [Soft above hard]: one rule here and in gcpressure_set_limits.
-    device_allocator& al = h->a();
-    if (c.soft_limit.is_set() && c.soft_limit.resolve(al.device_memory().total) > al.hard_limit())
-      return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: soft limit " + c.soft_limit.to_string() +
-                                              " is above the hard limit (" + format_bytes(al.hard_limit()) + ")");
+    for (std::size_t i = 0; i < ao.size(); ++i) {
+      device_allocator& al = h->heap ? h->heap->allocator(i) : *h->allocs[i];
+      if (c.soft_limit.is_set() && c.soft_limit.resolve(al.device_memory().total) > al.hard_limit())
+        return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: soft limit " + c.soft_limit.to_string() +
+                                                " is above the hard limit (" + format_bytes(al.hard_limit()) + ")");
+    }
+    for (std::size_t i = 1; i < ao.size(); ++i) {
+      auto m = std::make_unique<gcpressure_allocator>();
+      m->group = h.get();
+      m->index = i;
+      h->members.push_back(m.release());
+    }
     *out = h.release();
     return GCPRESSURE_OK;
   });
@@ -325,12 +359,17 @@ gcpressure_status gcpressure_create(const gcpressure_options* o, gcpressure_allo
 gcpressure_status gcpressure_destroy(gcpressure_allocator* a) {
   GCP_CHECK(a);
   GCP_NOT_IN_COLLECTION("gcpressure_destroy");
+  if (a->group)
+    return fail(GCPRESSURE_ERR_INVALID, "gcpressure_destroy: a device handle of a group (gcpressure_device_allocator); "
+                                        "destroy the handle gcpressure_create returned");
   return guarded([&] {
     a->policy.reset();
     a->collector.reset();
     a->heap.reset();
-    a->alloc.reset();
-    a->magic = k_dead;  // the shell stays: later calls get GCPRESSURE_ERR_SHUTDOWN
+    a->allocs.clear();
+    // The shells stay: later calls get GCPRESSURE_ERR_SHUTDOWN.
+    for (gcpressure_allocator* m : a->members) m->magic = k_dead;
+    a->magic = k_dead;
     return GCPRESSURE_OK;
   });
 }
@@ -338,7 +377,7 @@ gcpressure_status gcpressure_destroy(gcpressure_allocator* a) {
 gcpressure_status gcpressure_set_collector(gcpressure_allocator* a, const gcpressure_collector_callbacks* c) {
   GCP_CHECK(a);
   GCP_NOT_IN_COLLECTION("gcpressure_set_collector");
-  if (a->heap) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_set_collector: this allocator uses the Boehm collector");
+  if (a->g().heap) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_set_collector: this allocator uses the Boehm collector");
   if (!c || c->struct_size < offsetof(gcpressure_collector_callbacks, full) + sizeof(c->full) || c->struct_size > 4096)
     return fail(GCPRESSURE_ERR_INVALID, "gcpressure_set_collector: null callbacks or bad struct_size");
   if (!c->minor || !c->full) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_set_collector: minor and full are required");
@@ -347,9 +386,10 @@ gcpressure_status gcpressure_set_collector(gcpressure_allocator* a, const gcpres
     gcpressure_collector_callbacks_init(&cb);
     std::memcpy(&cb, c, std::min(c->struct_size, sizeof cb));
     cb.struct_size = sizeof cb;
-    a->policy.reset();  // unhooks before its collector goes
-    a->collector = std::make_unique<callback_collector>(cb);
-    a->policy = make_policy(a->policy_name, *a->alloc, *a->collector, a->popts);
+    gcpressure_allocator& g = a->g();
+    g.policy.reset();  // unhooks before its collector goes
+    g.collector = std::make_unique<callback_collector>(cb);
+    g.policy = make_policy(g.policy_name, a->all(), *g.collector, g.popts);
     return GCPRESSURE_OK;
   });
 }
@@ -409,7 +449,7 @@ gcpressure_status gcpressure_synchronize(gcpressure_allocator* a, void* stream) 
   GCP_NOT_IN_COLLECTION("gcpressure_synchronize");
   return guarded([&] {
     if (auto* p = a->p()) {
-      p->synchronize(stream);
+      p->synchronize(stream, &a->a());
       return GCPRESSURE_OK;
     }
     // No collector registered yet: nothing to schedule, only wait.
@@ -507,10 +547,10 @@ gcpressure_status gcpressure_boehm_alloc(gcpressure_allocator* a, size_t bytes, 
   GCP_CHECK(a);
   if (!out) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_boehm_alloc: null out pointer");
   *out = nullptr;
-  if (!a->heap) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_boehm_alloc: allocator not created with GCPRESSURE_COLLECTOR_BOEHM");
+  if (!a->g().heap) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_boehm_alloc: allocator not created with GCPRESSURE_COLLECTOR_BOEHM");
   if (bytes == 0) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_boehm_alloc: zero-byte request");
   return guarded([&] {
-    *out = reinterpret_cast<gcpressure_buffer*>(a->heap->alloc(bytes, stream));
+    *out = reinterpret_cast<gcpressure_buffer*>(a->g().heap->alloc(bytes, stream, a->index));
     return GCPRESSURE_OK;
   });
 }
@@ -533,13 +573,32 @@ size_t gcpressure_buffer_size(const gcpressure_buffer* b) {
 gcpressure_status gcpressure_buffer_unsafe_free(gcpressure_allocator* a, gcpressure_buffer* b) {
   GCP_CHECK(a);
   if (!b) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_buffer_unsafe_free: null buffer");
-  if (!a->heap) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_buffer_unsafe_free: not a Boehm allocator");
+  if (!a->g().heap) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_buffer_unsafe_free: not a Boehm allocator");
   try {
-    a->heap->unsafe_free(reinterpret_cast<boehm::buffer*>(b));
+    a->g().heap->unsafe_free(reinterpret_cast<boehm::buffer*>(b));
     return GCPRESSURE_OK;
   } catch (const std::exception& e) {
     return fail(GCPRESSURE_ERR_MISUSE, e.what());
   }
+}
+
+gcpressure_status gcpressure_device_count(gcpressure_allocator* a, size_t* n) {
+  GCP_CHECK(a);
+  if (!n) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_device_count: null out pointer");
+  *n = a->devices();
+  return GCPRESSURE_OK;
+}
+
+gcpressure_status gcpressure_device_allocator(gcpressure_allocator* a, size_t index, gcpressure_allocator** out) {
+  GCP_CHECK(a);
+  if (!out) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_device_allocator: null out pointer");
+  *out = nullptr;
+  gcpressure_allocator& g = a->g();
+  if (index >= a->devices())
+    return fail(GCPRESSURE_ERR_INVALID, "gcpressure_device_allocator: device index " + std::to_string(index) +
+                                            " out of range (the group has " + std::to_string(a->devices()) + ")");
+  *out = index == 0 ? &g : g.members[index - 1];
+  return GCPRESSURE_OK;
 }
 
 }  // extern "C"

@@ -11,6 +11,8 @@
 // a finalizer. Collections never run while an allocator lock is held.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <exception>
@@ -45,6 +47,27 @@ struct policy_options {
   static policy_options from_config(const config& c);
 };
 
+namespace detail {
+// The devices a policy serves, in order: appended (under the policy's
+// collection lock), never removed, so a reader without the lock sees a
+// consistent prefix. Thread-safe; finalizer-safe.
+class device_list {
+ public:
+  static constexpr std::size_t capacity = 64;
+  std::size_t size() const noexcept { return n_.load(std::memory_order_acquire); }
+  device_allocator* operator[](std::size_t i) const noexcept { return at_[i].load(std::memory_order_relaxed); }
+  void push_back(device_allocator* a) noexcept {  // one writer at a time
+    const std::size_t n = n_.load(std::memory_order_relaxed);
+    at_[n].store(a, std::memory_order_relaxed);
+    n_.store(n + 1, std::memory_order_release);
+  }
+
+ private:
+  std::array<std::atomic<device_allocator*>, capacity> at_{};
+  std::atomic<std::size_t> n_{0};
+};
+}  // namespace detail
+
 // Note [One policy, N devices]
 // A process with several GPUs has one host heap and one collector, so one
 // policy decides for all of them: every device keeps its own allocator
@@ -53,7 +76,9 @@ struct policy_options {
 // device's young bytes against that device's own budget, never the sum), so
 // an idle device never forces one; and because every collection frees
 // garbage on every device, each one drains, measures and marks them all,
-// accounting what it reclaimed per device.
+// accounting what it reclaimed per device. A runtime that meets its devices
+// one by one (PyTorch's allocator is called per device, lazily) adds them
+// with add_device(); the set only grows (at most 64).
 class gc_policy : public allocation_hook {
  public:
   gc_policy(device_allocator& a, collector& c, policy_options o);
@@ -121,11 +146,18 @@ class gc_policy : public allocation_hook {
   // shared, `reclaimed_bytes` and `finalized` are that device's.
   void fill_stats_for(const device_allocator& a, collection_stats& out) const override;
 
-  // The primary device's allocator, and all of them (primary first).
-  // Thread-safe; finalizer-safe.
+  // Serves `a` too from now on (installs itself as its hook). logic_error if
+  // it is served already or 64 devices are. Thread-safe; not from a
+  // finalizer or a collection.
+  void add_device(device_allocator& a);
+
+  // The primary device's allocator, and all of them (primary first; a
+  // snapshot). Thread-safe; finalizer-safe.
   device_allocator& allocator() noexcept { return alloc_; }
-  const std::vector<device_allocator*>& devices() const noexcept { return devices_; }
-  // Index of `a` in devices(), or devices().size() if it is not one of them.
+  std::vector<device_allocator*> devices() const;
+  std::size_t device_count() const noexcept { return devices_.size(); }
+  device_allocator& device(std::size_t i) const noexcept { return *devices_[i]; }
+  // Index of `a` among the devices, or device_count() if it is not one.
   std::size_t device_index(const device_allocator& a) const noexcept;
   collector& gc() noexcept { return gc_; }
   const policy_options& options() const noexcept { return opts_; }
@@ -182,10 +214,13 @@ class gc_policy : public allocation_hook {
   // while the device stays busy (Note [Exposed GC time]).
   // `on`: the device whose stream the host is about to wait for.
   virtual void before_block(device_allocator& on, const std::function<bool()>& device_busy);
+  // add_device() added device `i`; called with the collection lock held,
+  // before the device's allocations reach the policy.
+  virtual void device_added(std::size_t i) { (void)i; }
 
 
   device_allocator& alloc_;                // devices_[0]
-  const std::vector<device_allocator*> devices_;
+  detail::device_list devices_;
   collector& gc_;
   policy_options opts_;
   // Serialises collections the policy runs. Never an allocator lock: frees

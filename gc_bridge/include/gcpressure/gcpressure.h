@@ -23,7 +23,8 @@
 extern "C" {
 #endif
 
-#define GCPRESSURE_API_VERSION 2 /* 2: own_collections callback, gcpressure_synchronize, gcpressure_quiet_moment_ex */
+#define GCPRESSURE_API_VERSION 3 /* 2: own_collections callback, gcpressure_synchronize, gcpressure_quiet_moment_ex;
+                                    3: options.devices, gcpressure_device_count, gcpressure_device_allocator */
 
 typedef enum gcpressure_status {
   GCPRESSURE_OK = 0,
@@ -69,6 +70,8 @@ typedef struct gcpressure_options {
   int every_n;              /* every_iteration policy [0]: GCPRESSURE_EVERY_N, else 1 */
   int read_env;             /* legacy; nonzero: GCPRESSURE_* variables override even the fields set */
   gcpressure_collector_kind collector;
+  const char* devices;      /* API version 3. "0,1": one collector and one policy over these devices
+                               (gcpressure_device_allocator) [NULL]: GCPRESSURE_DEVICES, else `device` */
 } gcpressure_options;
 
 typedef struct gcpressure_allocator gcpressure_allocator;
@@ -121,7 +124,10 @@ const char* gcpressure_last_error(void);
 const char* gcpressure_status_string(gcpressure_status s);
 const char* gcpressure_version(void);
 
-/* Creates an allocator for one device. Thread-safe; not from a collection. */
+/* Creates an allocator for one device, or a group over options.devices:
+ * the handle returned is device index 0's and the group's (Note [C handles
+ * over several devices] in gc_bridge/src/c_api.cpp). Thread-safe; not from
+ * a collection. */
 gcpressure_status gcpressure_create(const gcpressure_options* o, gcpressure_allocator** out);
 /* Destroys it, in this order: with GCPRESSURE_COLLECTOR_BOEHM, a blocking
  * whole-heap collection, the finalizers it made pending and a drain first
@@ -204,6 +210,20 @@ gcpressure_status gcpressure_buffer_data(const gcpressure_buffer* b, void** out)
 size_t gcpressure_buffer_size(const gcpressure_buffer* b);
 /* Frees now; the finalizer later does nothing. Finalizer-safe. */
 gcpressure_status gcpressure_buffer_unsafe_free(gcpressure_allocator* a, gcpressure_buffer* b);
+
+/* --- Several devices, one collector (API version 3) --- */
+/* The number of devices of a's group (1 for a single device). Thread-safe;
+ * finalizer-safe. */
+gcpressure_status gcpressure_device_count(gcpressure_allocator* a, size_t* n);
+/* The handle of device `index` (0 .. count-1; 0 is the group handle) of a's
+ * group. Calls on it act on that device's allocator: alloc, free,
+ * release_from_finalizer, drain, trim, set_limits, usage, stats_json (its gc
+ * section: the shared collections, that device's reclaimed bytes),
+ * synchronize (a stream of that device) and boehm_alloc. The collector
+ * (set_collector), the policy and its hints are the group's whichever handle
+ * is passed. Valid until the group handle is destroyed; gcpressure_destroy on
+ * it is GCPRESSURE_ERR_INVALID. Thread-safe; finalizer-safe. */
+gcpressure_status gcpressure_device_allocator(gcpressure_allocator* a, size_t index, gcpressure_allocator** out);
 
 #ifdef __cplusplus
 }
