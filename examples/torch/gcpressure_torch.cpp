@@ -19,10 +19,11 @@
 // are looked up at run time with dlsym (PyGILState_Check, present in every
 // CPython since 3.4, and Py_IsFinalizing / _Py_IsFinalizing).
 //
-// This file: the settings, one allocator + policy per device, the stats and
-// the exported entry points. The CPython side is torch_python.cpp (Note [GIL
-// and the collection lock], Note [Finalization]); CUDA graph capture is
-// torch_graphs.cpp (Note [Graph capture]).
+// This file: the settings, one allocator per device under one policy (Note
+// [Devices join the policy]), the stats and the exported entry points. The
+// CPython side is torch_python.cpp (Note [GIL and the collection lock], Note
+// [Finalization]); CUDA graph capture is torch_graphs.cpp (Note [Graph
+// capture]).
 //
 // Note [Out of memory]
 // CUDAPluggableAllocator does not check the pointer our alloc returns, so
@@ -71,9 +72,23 @@ using capture_check_mode = settings::capture_check_mode;
 
 constexpr int k_max_devices = 64;
 
+// Note [Devices join the policy]
+// The process has one CPython heap, so one policy decides for every device
+// (Note [One policy, N devices] in core/include/gcpressure/policy.hpp). It is
+// made with the first device's allocator; PyTorch calls us per device,
+// lazily, so every later device's allocator joins it with add_device(). The
+// join waits for the collection lock M (Note [GIL and the collection lock]),
+// and a thread that holds M may need the globals mutex (a finalizer that
+// allocates on a new device, or whose allocation fails: oom_null()), so the
+// join runs after the mutex is let go, under an entry_guard like any call
+// that may wait for M. Until it has joined, the new allocator has no hook:
+// other threads allocate there without pressure (no collection; the ladder's
+// pool steps only), and synchronize() only waits. Between add_device (which
+// makes the policy itself the hook) and set_hook(gate), two stores apart, an
+// allocation there would skip the gate's capture check.
 struct device_slot {
   std::unique_ptr<device_allocator> alloc;
-  std::unique_ptr<gc_policy> policy;
+  gc_policy* policy = nullptr;                 // the process's one policy (globals::policy)
   std::unique_ptr<gcp_torch::hook_gate> gate;  // the allocator's hook: the policy, off during captures
   std::unique_ptr<graph_memory> graphs;        // Note [Graph capture]
   capture_check_mode capture_check = capture_check_mode::on;
@@ -85,6 +100,7 @@ struct globals {
   bool configured = false;
   std::array<std::atomic<device_slot*>, k_max_devices> devices{};
   gcpressure::collector* collector = nullptr;  // CPython's (torch_python.cpp), made with the first device
+  gc_policy* policy = nullptr;  // every device's (Note [Devices join the policy]), made with the first; leaked
 };
 
 const char* capture_check_name(capture_check_mode m) {
@@ -128,26 +144,47 @@ collector& collector_locked(globals& g) {
   return *g.collector;
 }
 
-device_slot& slot(int device) {
-  if (device < 0 || device >= k_max_devices) GCPRESSURE_FAIL("gcpressure_torch: device index out of range");
-  globals& g = G();
-  if (device_slot* s = g.devices[static_cast<std::size_t>(device)].load(std::memory_order_acquire)) return *s;
-  std::lock_guard<std::mutex> lk(g.mu);
-  if (device_slot* s = g.devices[static_cast<std::size_t>(device)].load(std::memory_order_acquire)) return *s;
+// Makes and publishes device `device`'s slot. Returns true if its allocator
+// must still join the policy (Note [Devices join the policy]).
+bool make_slot_locked(globals& g, int device) {
   ensure_configured_locked(g);
   config c = g.s.cfg;
   c.device = device;
   auto s = std::make_unique<device_slot>();
   s->alloc = std::make_unique<device_allocator>(allocator_options::from_config(c));
-  s->policy = make_policy(c.policy, *s->alloc, collector_locked(g), policy_options::from_config(c));
-  s->gate = std::make_unique<gcp_torch::hook_gate>(*s->policy);
-  s->alloc->set_hook(s->gate.get());
+  const bool first = !g.policy;
+  if (first)  // leaked: Note [Finalization]
+    g.policy = make_policy(c.policy, *s->alloc, collector_locked(g), policy_options::from_config(c)).release();
+  s->policy = g.policy;
+  s->gate = std::make_unique<gcp_torch::hook_gate>(*g.policy);
+  if (first) s->alloc->set_hook(s->gate.get());
   s->graphs = std::make_unique<graph_memory>(*s->alloc, device, c.backend == backend_choice::host);
   s->capture_check = g.s.capture_check;
-  device_slot* p = s.release();  // leaked: Note [Finalization]
-  g.devices[static_cast<std::size_t>(device)].store(p, std::memory_order_release);
-  return *p;
+  g.devices[static_cast<std::size_t>(device)].store(s.release(), std::memory_order_release);  // leaked
+  return !first;
 }
+
+device_slot& slot(int device) {
+  if (device < 0 || device >= k_max_devices) GCPRESSURE_FAIL("gcpressure_torch: device index out of range");
+  globals& g = G();
+  auto& at = g.devices[static_cast<std::size_t>(device)];
+  if (device_slot* s = at.load(std::memory_order_acquire)) return *s;
+  bool join;
+  {
+    std::lock_guard<std::mutex> lk(g.mu);
+    if (device_slot* s = at.load(std::memory_order_acquire)) return *s;
+    join = make_slot_locked(g, device);
+  }
+  device_slot& s = *at.load(std::memory_order_acquire);
+  if (join) {
+    entry_guard guard;  // add_device waits for M
+    s.policy->add_device(*s.alloc);
+    s.alloc->set_hook(s.gate.get());
+  }
+  return s;
+}
+
+bool joined(const device_slot& s) noexcept { return s.policy->device_index(*s.alloc) < s.policy->device_count(); }
 
 device_slot* existing(int device) {
   if (device < 0 || device >= k_max_devices) return nullptr;
@@ -184,10 +221,12 @@ std::string stats_json() {
   counters& c = C();
   std::ostringstream os;
   settings s;
+  const gc_policy* policy;
   {
     std::lock_guard<std::mutex> lk(g.mu);
     ensure_configured_locked(g);
     s = g.s;
+    policy = g.policy;
   }
   auto u = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   os << "{\"library\":\"gcpressure_torch\",\"version\":\"0.1.0\",\"settings\":{\"backend\":\""
@@ -223,6 +262,9 @@ std::string stats_json() {
     os << (n++ ? "," : "") << sl->graphs->stats_json().insert(1, "\"hook_skipped\":" + std::to_string(sl->gate->skipped()) + ",");
   }
   os << "],";
+  // The one policy (Note [Devices join the policy]); each device's "gc" has its share.
+  os << "\"policy\":{\"name\":\"" << json_escape(policy ? policy->name() : s.cfg.policy)
+     << "\",\"devices\":" << (policy ? policy->device_count() : 0) << "},";
   os << "\"devices\":[";
   bool first = true;
   for (int d = 0; d < k_max_devices; ++d) {
@@ -501,7 +543,19 @@ GCP_EXPORT int gcp_torch_synchronize(int device, void* stream) {
     device_slot& s = slot(device);
     if (graph_memory::active_captures().load() > 0 || s.graphs->capture_id(stream)) return 0;
     entry_guard guard;
-    s.policy->synchronize(stream);
+    if (joined(s)) {
+      s.policy->synchronize(stream, s.alloc.get());
+    } else {  // another thread is joining it (Note [Devices join the policy]): only wait
+      stream_ops& ops = s.alloc->streams();
+      event_ref e = ops.record(stream);
+      try {
+        ops.synchronize(e);
+      } catch (...) {
+        ops.release(e);
+        throw;
+      }
+      ops.release(e);
+    }
     return 0;
   });
 }

@@ -134,6 +134,10 @@ class hook_gate final : public gcpressure::allocation_hook {
   void before_allocate(gcpressure::device_allocator& a, std::size_t bytes, stream_ref s) override;
   bool reclaim(gcpressure::device_allocator& a, gcpressure::ladder_step step) override;
   void fill_stats(gcpressure::collection_stats& out) const override { policy_.fill_stats(out); }
+  // Device `a`'s share of the one policy (Note [One policy, N devices]).
+  void fill_stats_for(const gcpressure::device_allocator& a, gcpressure::collection_stats& out) const override {
+    policy_.fill_stats_for(a, out);
+  }
   std::uint64_t skipped() const noexcept { return skipped_.load(std::memory_order_relaxed); }
 
  private:

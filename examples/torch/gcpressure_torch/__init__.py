@@ -42,7 +42,7 @@ import os
 import threading
 
 __all__ = ["install", "uninstall", "configure", "stats", "raw_stats", "collect", "iteration", "quiet_moment",
-           "synchronize", "usage", "set_limits", "reset_peaks", "trim", "find_library", "Library",
+           "synchronize", "usage", "set_limits", "reset_peaks", "trim", "find_library", "Library", "stats_text",
            "GcpressureTorchError"]
 
 LIB_NAME = "libgcpressure_torch.so"
@@ -355,25 +355,34 @@ def raw_stats() -> dict:
     return json.loads(_need().stats_json())
 
 
+def _device_summary(d: dict) -> dict:
+    g = d.get("gc", {})
+    return {"device": d["device"], "policy_devices": g.get("policy_devices", 1),
+            "reclaimed_bytes": g.get("reclaimed_bytes", 0), "finalized": g.get("finalized", 0),
+            "live_bytes": d["requested"]["current"], "peak_live_bytes": d["requested"]["peak"],
+            "reserved_bytes": d["reserved"]["current"], "peak_reserved_bytes": d["reserved"]["peak"],
+            "hard_limit": d["hard_limit"], "ooms": d["ooms"]}
+
+
 def stats() -> dict:
-    """A summary: collections by kind and reason (the policy's), GC seconds,
-    peak and current live/reserved bytes, OOMs, CPython's collections; `raw`
-    holds raw_stats()."""
+    """A summary: collections by kind and reason (the one policy's, shared by
+    every device), GC seconds, peak and current live/reserved bytes summed over
+    devices, OOMs, CPython's collections; `devices` has each device's own
+    figures (reclaimed bytes among them); `raw` holds raw_stats()."""
     r = raw_stats()
     devs = r.get("devices", [])
+    # One policy serves every device (Note [Devices join the policy]): each
+    # device reports the same collections, so they are counted once.
+    g = devs[0].get("gc", {}) if devs else {}
     kinds = {"minor": 0, "incremental_full": 0, "blocking_full": 0}
-    reasons: dict = {}
-    gc_s = 0.0
-    for d in devs:
-        g = d.get("gc", {})
-        for k, v in g.get("by_kind", {}).items():
-            kinds[k] = kinds.get(k, 0) + v
-        for k, v in g.get("by_reason", {}).items():
-            reasons[k] = reasons.get(k, 0) + v
-        gc_s += g.get("gc_seconds", 0.0)
+    kinds.update(g.get("by_kind", {}))
+    reasons = dict(g.get("by_reason", {}))
+    gc_s = g.get("gc_seconds", 0.0)
     py = r.get("python", {})
     return {
         "policy": r.get("settings", {}).get("policy"),
+        "policy_devices": r.get("policy", {}).get("devices", 0),
+        "devices": [_device_summary(d) for d in devs],
         "backend": r.get("settings", {}).get("backend"),
         "collections": kinds,
         "collections_total": sum(kinds.values()),
@@ -393,6 +402,23 @@ def stats() -> dict:
         "requested_gen": py.get("requested_gen"),
         "raw": r,
     }
+
+
+def stats_text() -> str:
+    """stats() as a table: the policy, then one row per device."""
+    s = stats()
+    mib = lambda b: f"{b / 2**20:.1f} MiB"  # noqa: E731
+    k = s["collections"]
+    lines = [f"gcpressure_torch: policy {s['policy']} over {s['policy_devices']} device(s); collections: "
+             f"minor {k['minor']}, incremental full {k['incremental_full']}, blocking full {k['blocking_full']}; "
+             f"gc {s['gc_seconds']:.3f} s",
+             f"{'device':>6} {'policy_devices':>14} {'live':>12} {'peak live':>12} {'reserved':>12} "
+             f"{'hard limit':>12} {'reclaimed':>12} {'ooms':>5}"]
+    for d in s["devices"]:
+        lines.append(f"{d['device']:>6} {d['policy_devices']:>14} {mib(d['live_bytes']):>12} "
+                     f"{mib(d['peak_live_bytes']):>12} {mib(d['reserved_bytes']):>12} {mib(d['hard_limit']):>12} "
+                     f"{mib(d['reclaimed_bytes']):>12} {d['ooms']:>5}")
+    return "\n".join(lines) + "\n"
 
 
 def collect(full: bool = False, device=None) -> None:

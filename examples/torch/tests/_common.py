@@ -1,5 +1,5 @@
 """Shared pieces of the PyTorch tests (test_cycle_loop, test_training,
-test_threads_torch): skipping without torch or a GPU (exit 77, ctest's skip
+test_threads_torch; run_cases: test_cpu_api, test_cpu_devices): skipping without torch or a GPU (exit 77, ctest's skip
 code), the watchdog, JSON lines, and running one configuration per child
 process (PyTorch's allocator can be chosen only before CUDA's first
 allocation, so every configuration gets a fresh interpreter)."""
@@ -121,3 +121,34 @@ def run_child(script: str, argv: list[str], timeout: float) -> dict:
         out["stderr_tail"] = r.stderr[-4000:]
         out["stdout_tail"] = r.stdout[-2000:]
     return out
+
+
+def lib_arg() -> str | None:
+    """The --lib argument of a CPU test (None: find_library's search)."""
+    import argparse
+    p = argparse.ArgumentParser()
+    p.add_argument("--lib")
+    return p.parse_args().lib
+
+
+def run_cases(test: str, prelude: str, cases: dict, timeout: float = 120) -> None:
+    """Runs each case (a code snippet that sets `out`) after `prelude` in a
+    fresh interpreter (the library configures once per process); prints one
+    JSON line per case, and exits 1 if any failed."""
+    import textwrap
+    failed = 0
+    for name, body in cases.items():
+        code = prelude + textwrap.dedent(body) + "\nprint('RESULT ' + json.dumps(out))\n"
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+        res = None
+        for line in r.stdout.splitlines():
+            if line.startswith("RESULT "):
+                res = json.loads(line[7:])
+        ok = r.returncode == 0 and res is not None
+        print(json.dumps({"case": name, "ok": ok, "rc": r.returncode, "result": res}))
+        if not ok:
+            failed += 1
+            sys.stderr.write(f"--- {name} failed (rc {r.returncode})\n{r.stdout}\n{r.stderr}\n")
+    if failed:
+        sys.exit(1)
+    print(f"{test}: {len(cases)} cases OK")

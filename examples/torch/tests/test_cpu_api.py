@@ -10,25 +10,20 @@ process). Prints one JSON line per case.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import subprocess
 import sys
 import textwrap
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-MODDIR = os.path.dirname(HERE)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import MODDIR, lib_arg, run_cases  # noqa: E402
 
-p = argparse.ArgumentParser()
-p.add_argument("--lib")
-args = p.parse_args()
+LIB = lib_arg()
 
 PRELUDE = textwrap.dedent(f"""
     import ctypes, gc, json, os, sys, threading
     sys.path.insert(0, {MODDIR!r})
     import gcpressure_torch as gcp
-    LIB = {args.lib!r}
+    LIB = {LIB!r}
     def expect_error(fn, *a, contains=""):
         try:
             fn(*a)
@@ -178,19 +173,4 @@ CASES = {
     """,
 }
 
-failed = 0
-for name, body in CASES.items():
-    code = PRELUDE + textwrap.dedent(body) + "\nprint('RESULT ' + json.dumps(out))\n"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    res = None
-    for line in r.stdout.splitlines():
-        if line.startswith("RESULT "):
-            res = json.loads(line[7:])
-    ok = r.returncode == 0 and res is not None
-    print(json.dumps({"case": name, "ok": ok, "rc": r.returncode, "result": res}))
-    if not ok:
-        failed += 1
-        sys.stderr.write(f"--- {name} failed (rc {r.returncode})\n{r.stdout}\n{r.stderr}\n")
-if failed:
-    sys.exit(1)
-print(f"torch_cpu_api: {len(CASES)} cases OK")
+run_cases("torch_cpu_api", PRELUDE, CASES, timeout=120)
