@@ -356,9 +356,9 @@ GCP_EXPORT int gcp_torch_init(const char* backend, const char* soft_limit, const
     if (soft_limit) s.cfg.soft_limit = parse_size(soft_limit, "soft_limit");
     if (hard_limit) s.cfg.hard_limit = parse_size(hard_limit, "hard_limit");
     if (policy) {
-      bool known = false;
-      for (const char* const* n = policy_names(); *n; ++n) known = known || std::strcmp(policy, *n) == 0;
-      if (!known) return fail(std::string("gcp_torch_init: unknown policy '") + policy + "'");
+      if (!is_policy_name(policy))
+        return fail(std::string("gcp_torch_init: unknown policy '") + policy + "' (expected " +
+                    policy_names_text(", ", " or ") + ")");
       s.cfg.policy = policy;
     }
     if (gc_budget < 0 || gc_budget > 1) return fail("gcp_torch_init: gc_budget must be in [0, 1]");

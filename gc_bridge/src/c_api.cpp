@@ -281,6 +281,8 @@ const char* gcpressure_status_string(gcpressure_status s) {
 
 const char* gcpressure_version(void) { return "0.1.0"; }
 
+const char* const* gcpressure_policy_names(void) { return policy_names(); }
+
 gcpressure_status gcpressure_create(const gcpressure_options* o, gcpressure_allocator** out) {
   if (!o || !out) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: null options or out pointer");
   *out = nullptr;
@@ -296,9 +298,9 @@ gcpressure_status gcpressure_create(const gcpressure_options* o, gcpressure_allo
     if ((c.backend == backend_choice::cuda || c.backend == backend_choice::cuda_async) && !cuda_available())
       return fail(GCPRESSURE_ERR_UNSUPPORTED, "gcpressure_create: CUDA backend asked for, but no CUDA device is usable "
                                                "(or the library was built without CUDA)");
-    bool known = false;
-    for (const char* const* n = policy_names(); *n; ++n) known = known || c.policy == *n;
-    if (!known) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: unknown policy '" + c.policy + "'");
+    if (!is_policy_name(c.policy))
+      return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: unknown policy '" + c.policy + "' (expected " +
+                                              policy_names_text(", ", " or ") + ")");
     const int kind = enum_value(o->collector);
     if (kind != GCPRESSURE_COLLECTOR_BOEHM && kind != GCPRESSURE_COLLECTOR_CALLBACKS)
       return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: unknown collector kind");
