@@ -53,6 +53,7 @@
 #include "gcpressure/cuda_resource.hpp"
 #include "gcpressure/error.hpp"
 #include "gcpressure/host_resource.hpp"
+#include "gcpressure/json.hpp"
 #include "gcpressure/policy.hpp"
 #include "torch_graphs.hpp"
 #include "torch_profile.hpp"
@@ -159,24 +160,6 @@ bool oom_null() {
   std::lock_guard<std::mutex> lk(g.mu);
   ensure_configured_locked(g);
   return g.s.oom_null;
-}
-
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += ch;
-    } else if (c < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      o += b;
-    } else {
-      o += ch;
-    }
-  }
-  return o;
 }
 
 std::string stats_json() {
