@@ -580,32 +580,6 @@ TEST(Baselines, AtLimitEveryIterationAndExplicitFreeDoNotCollectAtASync) {
   }
 }
 
-TEST(Baselines, PolicyNameHelpersFollowTheList) {
-  std::string semicolons;
-  for (const char* const* n = gcp::policy_names(); *n; ++n) {
-    EXPECT_TRUE(gcp::is_policy_name(*n)) << *n;
-    semicolons += (semicolons.empty() ? "" : ";") + std::string(*n);
-  }
-  EXPECT_EQ(gcp::policy_names_text(";"), semicolons);
-  EXPECT_FALSE(gcp::is_policy_name(""));
-  EXPECT_FALSE(gcp::is_policy_name("Pressure"));
-  EXPECT_FALSE(gcp::is_policy_name("pressure "));
-  const std::string text = gcp::policy_names_text(", ", " or ");
-  EXPECT_EQ(text.find(';'), std::string::npos);
-  EXPECT_EQ(text.rfind(" or "), text.rfind(" or explicit_free")) << text;
-}
-
-// CMake's GCPRESSURE_POLICY_NAMES (the top CMakeLists.txt; examples/ makes
-// one test per name from it) is the same list as policy_names().
-TEST(Baselines, CMakePolicyListIsPolicyNames) {
-#ifndef GCPRESSURE_CMAKE_POLICY_NAMES
-  GTEST_SKIP() << "built without the CMake list";
-#else
-  EXPECT_EQ(std::string(GCPRESSURE_CMAKE_POLICY_NAMES), gcp::policy_names_text(","))
-      << "GCPRESSURE_POLICY_NAMES in CMakeLists.txt differs from gcpressure::policy_names()";
-#endif
-}
-
 TEST(Baselines, EveryNameInTheListMakesThatPolicy) {
   int n = 0;
   for (const char* const* name = gcp::policy_names(); *name; ++name, ++n) {

@@ -13,7 +13,6 @@
 #include "gcpressure/allocator.hpp"
 #include "gcpressure/config.hpp"
 #include "gcpressure/error.hpp"
-#include "gcpressure/policy.hpp"
 #include "gcpressure/types.hpp"
 #include "test_support.hpp"
 
@@ -330,30 +329,6 @@ TEST(OptionsTable, ListsEveryVariable) {
   }
   for (const auto& var : gcp_test::gcpressure_env_vars())
     EXPECT_TRUE(names.count(var)) << var << " missing from options_table()";
-}
-
-// The GCPRESSURE_POLICY row and the error for a bad policy name list every
-// name of policy_names() (Note [The policy row names policy_names()]).
-TEST(OptionsTable, PolicyRowAndErrorListPolicyNames) {
-  std::string row;
-  for (const option_info* t = options_table(); t->env; ++t)
-    if (std::string(t->env) == "GCPRESSURE_POLICY") row = t->meaning;
-  env_guard env;
-  env.set("GCPRESSURE_POLICY", "nope");
-  std::string err;
-  try {
-    (void)config_from_env();
-  } catch (const gcpressure::logic_error& e) {
-    err = e.what();
-  }
-  ASSERT_FALSE(err.empty()) << "a bad policy name was accepted";
-  int names = 0;
-  for (const char* const* n = policy_names(); *n; ++n, ++names) {
-    EXPECT_TRUE(contains(row, *n)) << *n << " missing from: " << row;
-    EXPECT_TRUE(contains(err, *n)) << *n << " missing from: " << err;
-  }
-  EXPECT_GE(names, 2);
-  EXPECT_TRUE(contains(err, "'nope'")) << err;
 }
 
 // The README's configuration table documents exactly this table: the same

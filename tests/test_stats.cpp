@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "gcpressure/config.hpp"
-#include "gcpressure/json.hpp"
 #include "gcpressure/stats.hpp"
 #include "test_support.hpp"
 
@@ -200,19 +199,6 @@ TEST(StatsJson, EscapesStrings) {
   const std::string j = to_json(s);
   json_check chk(j);
   EXPECT_TRUE(chk.valid()) << "policy string not escaped: " << chk.error() << "\n" << j;
-}
-
-// gcpressure/json.hpp: the escaper every JSON writer uses.
-TEST(Json, EscapeQuotesBackslashesAndControlCharacters) {
-  EXPECT_EQ(json_escape("plain"), "plain");
-  EXPECT_EQ(json_escape(""), "");
-  EXPECT_EQ(json_escape("a\"b\\c"), "a\\\"b\\\\c");
-  EXPECT_EQ(json_escape("x\ny\t\x01"), "x\\u000ay\\u0009\\u0001");
-  EXPECT_EQ(json_escape(std::string_view("nul\0!", 5)), "nul\\u0000!");
-  EXPECT_EQ(json_escape("\xc3\xa9 \x7f /"), "\xc3\xa9 \x7f /");  // UTF-8, DEL and '/' kept
-  EXPECT_EQ(json_quote("say \"hi\""), "\"say \\\"hi\\\"\"");
-  json_check chk("{\"k\":" + json_quote("we\"ird\\name\nline\x1f") + "}");
-  EXPECT_TRUE(chk.valid()) << chk.error();
 }
 
 TEST(StatsJson, DefaultSnapshotIsValid) {

@@ -45,6 +45,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "gcpressure/allocator.hpp"
@@ -218,17 +219,13 @@ std::string stats_json() {
   return os.str();
 }
 
+// Note [Errors at a C boundary] (gcpressure/error.hpp): -1 and the message.
 template <class F>
 int guarded(F&& f) noexcept {
-  try {
-    return f();
-  } catch (const std::exception& e) {
+  return detail::call_at_c_boundary(std::forward<F>(f), [](const detail::caught_error& e) {
     C().errors.fetch_add(1);
-    return fail(e.what());
-  } catch (...) {
-    C().errors.fetch_add(1);
-    return fail("gcpressure_torch: unknown exception");
-  }
+    return fail(e.message);
+  });
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "gcpressure/allocator.hpp"
 #include "gcpressure/boehm.hpp"
@@ -185,23 +186,22 @@ gcpressure_status check(gcpressure_allocator* a) {
   return GCPRESSURE_OK;
 }
 
+gcpressure_status status_of(detail::error_class k) noexcept {
+  switch (k) {
+    case detail::error_class::invalid: return GCPRESSURE_ERR_INVALID;
+    case detail::error_class::out_of_memory: return GCPRESSURE_ERR_OOM;
+    case detail::error_class::cuda: return GCPRESSURE_ERR_CUDA;
+    case detail::error_class::internal: return GCPRESSURE_ERR_INTERNAL;
+  }
+  return GCPRESSURE_ERR_INTERNAL;
+}
+
+// Note [Errors at a C boundary]
 template <class F>
 gcpressure_status guarded(F&& f) noexcept {
-  try {
-    return f();
-  } catch (const out_of_memory& e) {
-    return fail(GCPRESSURE_ERR_OOM, e.what());
-  } catch (const cuda_error& e) {
-    return fail(GCPRESSURE_ERR_CUDA, e.what());
-  } catch (const gcpressure::logic_error& e) {
-    return fail(GCPRESSURE_ERR_INVALID, e.what());
-  } catch (const std::bad_alloc&) {
-    return fail(GCPRESSURE_ERR_OOM, "gcpressure: out of host memory");
-  } catch (const std::exception& e) {
-    return fail(GCPRESSURE_ERR_INTERNAL, e.what());
-  } catch (...) {
-    return fail(GCPRESSURE_ERR_INTERNAL, "gcpressure: unknown exception");
-  }
+  return detail::call_at_c_boundary(std::forward<F>(f), [](detail::caught_error e) {
+    return fail(status_of(e.kind), std::move(e.message));
+  });
 }
 
 #define GCP_CHECK(a)                                  \
