@@ -18,8 +18,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <vector>
 #include <string_view>
+#include <vector>
 
 #include "gcpressure/allocator.hpp"
 #include "gcpressure/clock.hpp"
