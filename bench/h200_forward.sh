@@ -10,7 +10,11 @@ set -uo pipefail
 build=$1; out=$2; iters=${3:-1500}
 shape="--layers 8 --d 4096 --batch 1024"
 mkdir -p "$out/traces"
-for p in pressure at_limit every_iteration cudajl dotnet explicit_free; do
+# The policy names come from the binary (gcpressure::policy_names(), as
+# forward_loop --help lists them), not from this script.
+policies=$("$build/examples/forward_loop" --help | sed -n 's/.*--policy \([a-z_|]*\)\].*/\1/p' | head -n 1 | tr '|' ' ')
+[ -n "$policies" ] || { echo "h200_forward.sh: no policy list in '$build/examples/forward_loop --help'" >&2; exit 1; }
+for p in $policies; do
   timeout 300 "$build/examples/forward_loop" --backend cuda_async --policy "$p" --iters "$iters" $shape \
     --quiet --json --trace "$out/traces/$p.csv" | tail -1
 done > "$out/forward.jsonl"

@@ -88,7 +88,10 @@ if [[ "$1" != *.csv ]]; then
   echo "plot.sh: traces and JSON results in $dir" >&2
   hard_limit=$(grep -o '"hard_limit":[0-9]*' "$dir/${plist[0]}.json" | head -n 1 | cut -d: -f2 || true)
 else
-  # Known policies first, in the usual order, then any others as given.
+  # Known policies first, in the usual order, then any others as given. The
+  # names here (and in color_of/width_of/draw_rank) only order and style the
+  # plot: gcpressure::policy_names() defines them, and a name unknown here
+  # gets the default rank and style.
   rank() {
     case $1 in
       pressure) echo 0 ;; at_limit) echo 1 ;; every_iteration) echo 2 ;; cudajl) echo 3 ;;

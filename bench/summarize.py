@@ -28,6 +28,8 @@ import statistics
 import sys
 from collections import defaultdict
 
+# Table order only: gcpressure::policy_names() defines the names, and a
+# policy missing here is listed after these (order()).
 POLICY_ORDER = ["explicit_free", "pressure", "cudajl", "dotnet", "at_limit", "every_iteration"]
 WORKLOAD_ORDER = ["steady", "promote", "burst", "varied"]
 

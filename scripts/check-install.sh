@@ -62,6 +62,9 @@ fi
 for f in include/gcpressure/boehm.hpp include/gcpressure/gcpressure.h include/gcpressure/config.hpp; do
   [ -f "$prefix/$f" ] || fail "$f not installed"
 done
+# Test support (tests/support: the fault-injecting adaptor) stays out of the install.
+! find "$prefix" -name 'fault_injection*' -o -name '*gcpressure_testing*' | grep -q . \
+  || fail "test support installed: $(find "$prefix" -name 'fault_injection*' -o -name '*gcpressure_testing*')"
 cmakedir=$(dirname "$(find "$prefix" -name gcpressureConfig.cmake | head -n1)")
 pcdir=$(dirname "$(find "$prefix" -name gcpressure.pc | head -n1)")
 [ -f "$cmakedir/gcpressureTargets.cmake" ] || fail "gcpressureConfig.cmake / gcpressureTargets.cmake not installed"

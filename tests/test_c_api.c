@@ -336,8 +336,21 @@ static void test_options(void) {
   bad.policy = "bogus";
   CHECK_ST(gcpressure_create(&bad, &a), GCPRESSURE_ERR_INVALID);
   CHECK_ERR_HAS("bogus");
-  static const char* const policies[] = {"pressure", "at_limit", "every_iteration", "cudajl", "dotnet", "explicit_free"};
-  for (size_t i = 0; i < sizeof policies / sizeof *policies; ++i) {
+  /* every name gcpressure_policy_names() lists is accepted and reported as
+   * itself; the list holds the default and has no duplicates */
+  const char* const* policies = gcpressure_policy_names();
+  CHECK(policies != NULL && policies[0] != NULL);
+  int has_default = 0;
+  size_t n_policies = 0;
+  for (; policies && policies[n_policies]; ++n_policies) {
+    has_default = has_default || strcmp(policies[n_policies], "pressure") == 0;
+    for (size_t k = 0; k < n_policies; ++k) CHECK(strcmp(policies[k], policies[n_policies]) != 0);
+  }
+  CHECK(has_default);
+  CHECK(n_policies >= 2);
+  CHECK_ST(gcpressure_create(&bad, &a), GCPRESSURE_ERR_INVALID); /* "bogus" again: the error names every known one */
+  for (size_t i = 0; i < n_policies; ++i) CHECK_ERR_HAS(policies[i]);
+  for (size_t i = 0; i < n_policies; ++i) {
     gcpressure_options p = o;
     p.policy = policies[i];
     a = NULL;

@@ -245,8 +245,8 @@ options parse_args(int argc, char** argv, bool* help, options o) {
     }
   }
   for (const auto& p : split(o.policy, gcp::policy_names()))
-    if (!in_list(gcp::policy_names(), p))
-      throw usage_error("--policy: unknown policy '" + p + "' (expected " + joined(gcp::policy_names(), ", ") +
+    if (!gcp::is_policy_name(p))
+      throw usage_error("--policy: unknown policy '" + p + "' (expected " + gcp::policy_names_text(", ") +
                         " or all)");
   for (const auto& w : split(o.workload, workload_names()))
     if (!in_list(workload_names(), w))

@@ -497,7 +497,7 @@ void teardown(loop_state& s) {
 
 result run(const options& o, host_heap* heap, std::FILE* progress) {
   boehm::init();
-  if (!in_list(gcp::policy_names(), o.policy)) GCPRESSURE_FAIL("forward_loop: unknown policy '" + o.policy + "'");
+  if (!gcp::is_policy_name(o.policy)) GCPRESSURE_FAIL("forward_loop: unknown policy '" + o.policy + "'");
   std::unique_ptr<host_heap> own_heap;
   if (!heap && o.host_heap_mib > 0) {
     own_heap = std::make_unique<host_heap>(o.host_heap_mib);

@@ -14,6 +14,7 @@
 
 #include "forward.hpp"
 #include "gcpressure/error.hpp"
+#include "gcpressure/json.hpp"
 #include "gcpressure/stats.hpp"
 
 namespace fwd {
@@ -21,26 +22,6 @@ namespace fwd {
 namespace gcp = gcpressure;
 
 namespace {
-
-// TODO(lead): core/src/stats.cpp has the same escaper in an anonymous
-// namespace; use it here once it is public.
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
 
 std::string num(double v) {
   if (!std::isfinite(v)) return "null";
@@ -59,7 +40,7 @@ class json_line {
   }
   json_line& u(const char* k, std::uint64_t v) { return key(k).raw(std::to_string(v)); }
   json_line& d(const char* k, double v) { return key(k).raw(num(v)); }
-  json_line& s(const char* k, const std::string& v) { return key(k).raw(json_string(v)); }
+  json_line& s(const char* k, const std::string& v) { return key(k).raw(gcp::json_quote(v)); }
   json_line& b(const char* k, bool v) { return key(k).raw(v ? "true" : "false"); }
   json_line& raw(const std::string& v) {
     os_ << v;
@@ -137,7 +118,7 @@ std::string to_json(const result& r) {
   j.u("bytes_per_iteration", r.bytes_per_iteration).u("model_bytes", r.model_bytes);
   j.u("hard_limit", r.hard_limit).u("soft_limit", r.soft_limit).u("device_total", r.device_total);
   j.d("gc_budget", r.gc_budget).u("live_at_exit_bytes", r.live_at_exit_bytes).d("checksum", r.checksum);
-  j.key("first_oom").raw(r.first_oom.empty() ? std::string("null") : json_string(r.first_oom));
+  j.key("first_oom").raw(r.first_oom.empty() ? std::string("null") : gcp::json_quote(r.first_oom));
   j.key("exact").raw(exact_keys);
   j.key("bounds").raw(bounds(r));
   return j.done();

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gcpressure/error.hpp"
@@ -459,6 +460,22 @@ const char* const k_names[] = {"pressure", "at_limit", "every_iteration", "cudaj
 
 const char* const* policy_names() noexcept { return k_names; }
 
+bool is_policy_name(std::string_view name) noexcept {
+  for (const char* const* n = k_names; *n; ++n)
+    if (name == *n) return true;
+  return false;
+}
+
+std::string policy_names_text(std::string_view sep, std::string_view last_sep) {
+  if (last_sep.empty()) last_sep = sep;
+  std::string out;
+  for (const char* const* n = k_names; *n; ++n) {
+    if (n != k_names) out += n[1] ? sep : last_sep;
+    out += *n;
+  }
+  return out;
+}
+
 std::unique_ptr<gc_policy> make_policy(const std::string& name, device_allocator& a, collector& c, policy_options o) {
   return make_policy(name, std::vector<device_allocator*>{&a}, c, o);
 }
@@ -471,9 +488,7 @@ std::unique_ptr<gc_policy> make_policy(const std::string& name, const std::vecto
   if (name == "cudajl") return std::make_unique<cudajl_policy>(d, c, o);
   if (name == "dotnet") return std::make_unique<dotnet_policy>(d, c, o);
   if (name == "explicit_free") return std::make_unique<explicit_free_policy>(d, c, o);
-  std::string known;
-  for (const char* const* n = k_names; *n; ++n) known += std::string(known.empty() ? "" : n[1] ? ", " : " or ") + *n;
-  GCPRESSURE_FAIL("unknown policy '" + name + "' (expected " + known + ")");
+  GCPRESSURE_FAIL("unknown policy '" + name + "' (expected " + policy_names_text(", ", " or ") + ")");
 }
 
 }  // namespace gcpressure

@@ -16,27 +16,37 @@
 #include <unistd.h>  // environ
 
 #include "gcpressure/error.hpp"
+#include "gcpressure/policy.hpp"
 
 namespace gcpressure {
 
 namespace {
 
-const option_info k_options[] = {
-    {"GCPRESSURE_BACKEND", "auto",
-     "auto | host | cuda (cudaMalloc) | cuda_async (cudaMallocAsync); auto: cuda_async with a GPU, else host"},
-    {"GCPRESSURE_DEVICE", "0", "CUDA device ordinal"},
-    {"GCPRESSURE_DEVICES", "(GCPRESSURE_DEVICE)", "device ordinals served by one policy, e.g. 0,1 (wins over GCPRESSURE_DEVICE)"},
-    {"GCPRESSURE_HOST_CAPACITY", "16GiB", "capacity of the simulated (host) device"},
-    {"GCPRESSURE_SOFT_LIMIT", "75% of hard", "device bytes above which the policy collects eagerly"},
-    {"GCPRESSURE_HARD_LIMIT", "100%", "device bytes the library never reserves beyond"},
-    {"GCPRESSURE_POOL", "1", "cache freed blocks in the library's pool"},
-    {"GCPRESSURE_ASYNC_RELEASE_THRESHOLD", "0", "bytes the cudaMallocAsync pool keeps across syncs"},
-    {"GCPRESSURE_POLICY", "pressure", "pressure | at_limit | every_iteration | cudajl | dotnet | explicit_free"},
-    {"GCPRESSURE_GC_BUDGET", "0.05", "fraction of wall time the policy may spend collecting"},
-    {"GCPRESSURE_EVERY_N", "1", "every_iteration policy: collect every N iterations"},
-    {"GCPRESSURE_VERBOSE", "0", "log every collection the policy asks for to stderr"},
-    {nullptr, nullptr, nullptr},
-};
+// Note [The policy row names policy_names()]
+// The policy names are listed once, in core/src/baselines.cpp; the table's
+// row for GCPRESSURE_POLICY is built from them on first use. The text is
+// leaked so that the table stays valid for heaps torn down after main.
+const option_info* table() noexcept {
+  static const std::string* const policies = new std::string(policy_names_text(" | "));
+  static const option_info k_options[] = {
+      {"GCPRESSURE_BACKEND", "auto",
+       "auto | host | cuda (cudaMalloc) | cuda_async (cudaMallocAsync); auto: cuda_async with a GPU, else host"},
+      {"GCPRESSURE_DEVICE", "0", "CUDA device ordinal"},
+      {"GCPRESSURE_DEVICES", "(GCPRESSURE_DEVICE)",
+       "device ordinals served by one policy, e.g. 0,1 (wins over GCPRESSURE_DEVICE)"},
+      {"GCPRESSURE_HOST_CAPACITY", "16GiB", "capacity of the simulated (host) device"},
+      {"GCPRESSURE_SOFT_LIMIT", "75% of hard", "device bytes above which the policy collects eagerly"},
+      {"GCPRESSURE_HARD_LIMIT", "100%", "device bytes the library never reserves beyond"},
+      {"GCPRESSURE_POOL", "1", "cache freed blocks in the library's pool"},
+      {"GCPRESSURE_ASYNC_RELEASE_THRESHOLD", "0", "bytes the cudaMallocAsync pool keeps across syncs"},
+      {"GCPRESSURE_POLICY", "pressure", policies->c_str()},
+      {"GCPRESSURE_GC_BUDGET", "0.05", "fraction of wall time the policy may spend collecting"},
+      {"GCPRESSURE_EVERY_N", "1", "every_iteration policy: collect every N iterations"},
+      {"GCPRESSURE_VERBOSE", "0", "log every collection the policy asks for to stderr"},
+      {nullptr, nullptr, nullptr},
+  };
+  return k_options;
+}
 
 // A configuration error is the user's input, not a bug: the message names the
 // variable (or option) and the value, and carries no source location.
@@ -86,12 +96,9 @@ constexpr int k_max_device = 1023;
 // Bytes, not a percentage (capacities and thresholds are not fractions of the device).
 std::size_t parse_bytes(const char* name, const char* v);
 
-const char* const k_policies[] = {"pressure", "at_limit", "every_iteration", "cudajl", "dotnet", "explicit_free"};
-
 std::string check_policy(std::string_view what, std::string s) {
-  for (const char* k : k_policies)
-    if (s == k) return s;
-  bad(what, s, "expected pressure, at_limit, every_iteration, cudajl, dotnet or explicit_free");
+  if (is_policy_name(s)) return s;
+  bad(what, s, ("expected " + policy_names_text(", ", " or ")).c_str());
 }
 
 double check_budget(std::string_view what, double x, std::string_view text) {
@@ -183,7 +190,7 @@ const char* const k_tool_variables[] = {
 const char* const k_tool_prefixes[] = {"GCPRESSURE_TEST_", "GCPRESSURE_BENCH_", "GCPRESSURE_CI_", "GCPRESSURE_TORCH_"};
 
 bool known_variable(std::string_view name) {
-  for (const option_info* o = k_options; o->env; ++o)
+  for (const option_info* o = table(); o->env; ++o)
     if (name == o->env) return true;
   for (const char* t : k_tool_variables)
     if (name == t) return true;
@@ -236,7 +243,7 @@ namespace detail {
 std::string closest_option_name(std::string_view name) {
   std::string best;
   std::size_t best_d = std::numeric_limits<std::size_t>::max();
-  for (const option_info* o = k_options; o->env; ++o) {
+  for (const option_info* o = table(); o->env; ++o) {
     const std::size_t d = edit_distance(name, o->env);
     if (d < best_d) best_d = d, best = o->env;
   }
@@ -354,7 +361,7 @@ config apply_options(const options& o, config c) {
 
 config resolve_config(const options& o) { return apply_options(o, config_from_env()); }
 
-const option_info* options_table() noexcept { return k_options; }
+const option_info* options_table() noexcept { return table(); }
 
 std::string format_bytes(std::size_t b) {
   static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};

@@ -66,5 +66,23 @@ void report_misuse(const std::string& msg) noexcept {
   }
 }
 
+caught_error classify_current_exception() noexcept {
+  try {
+    throw;
+  } catch (const out_of_memory& e) {
+    return {error_class::out_of_memory, e.what()};
+  } catch (const cuda_error& e) {
+    return {error_class::cuda, e.what()};
+  } catch (const logic_error& e) {
+    return {error_class::invalid, e.what()};
+  } catch (const std::bad_alloc&) {
+    return {error_class::out_of_memory, "gcpressure: out of host memory"};
+  } catch (const std::exception& e) {
+    return {error_class::internal, e.what()};
+  } catch (...) {
+    return {error_class::internal, "gcpressure: unknown exception"};
+  }
+}
+
 }  // namespace detail
 }  // namespace gcpressure

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "gcpressure/config.hpp"
+#include "gcpressure/json.hpp"
 
 namespace gcpressure {
 
@@ -45,23 +46,6 @@ namespace {
 void json_stat(std::ostringstream& os, const char* name, const stat_value& v) {
   os << "\"" << name << "\":{\"current\":" << v.current << ",\"peak\":" << v.peak << ",\"total\":" << v.total
      << "}";
-}
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out;
 }
 
 std::string row(const char* name, const stat_value& v, bool bytes) {

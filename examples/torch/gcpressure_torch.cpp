@@ -46,6 +46,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "gcpressure/allocator.hpp"
@@ -54,6 +55,7 @@
 #include "gcpressure/cuda_resource.hpp"
 #include "gcpressure/error.hpp"
 #include "gcpressure/host_resource.hpp"
+#include "gcpressure/json.hpp"
 #include "gcpressure/policy.hpp"
 #include "torch_graphs.hpp"
 #include "torch_profile.hpp"
@@ -198,24 +200,6 @@ bool oom_null() {
   return g.s.oom_null;
 }
 
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += ch;
-    } else if (c < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      o += b;
-    } else {
-      o += ch;
-    }
-  }
-  return o;
-}
-
 std::string stats_json() {
   globals& g = G();
   counters& c = C();
@@ -277,17 +261,13 @@ std::string stats_json() {
   return os.str();
 }
 
+// Note [Errors at a C boundary] (gcpressure/error.hpp): -1 and the message.
 template <class F>
 int guarded(F&& f) noexcept {
-  try {
-    return f();
-  } catch (const std::exception& e) {
+  return detail::call_at_c_boundary(std::forward<F>(f), [](const detail::caught_error& e) {
     C().errors.fetch_add(1);
-    return fail(e.what());
-  } catch (...) {
-    C().errors.fetch_add(1);
-    return fail("gcpressure_torch: unknown exception");
-  }
+    return fail(e.message);
+  });
 }
 
 }  // namespace
@@ -398,9 +378,9 @@ GCP_EXPORT int gcp_torch_init(const char* backend, const char* soft_limit, const
     if (soft_limit) s.cfg.soft_limit = parse_size(soft_limit, "soft_limit");
     if (hard_limit) s.cfg.hard_limit = parse_size(hard_limit, "hard_limit");
     if (policy) {
-      bool known = false;
-      for (const char* const* n = policy_names(); *n; ++n) known = known || std::strcmp(policy, *n) == 0;
-      if (!known) return fail(std::string("gcp_torch_init: unknown policy '") + policy + "'");
+      if (!is_policy_name(policy))
+        return fail(std::string("gcp_torch_init: unknown policy '") + policy + "' (expected " +
+                    policy_names_text(", ", " or ") + ")");
       s.cfg.policy = policy;
     }
     if (gc_budget < 0 || gc_budget > 1) return fail("gcp_torch_init: gc_budget must be in [0, 1]");

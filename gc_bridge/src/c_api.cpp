@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "gcpressure/allocator.hpp"
@@ -210,23 +211,22 @@ const char* devices_field(const gcpressure_options& o) {
   return o.struct_size >= offsetof(gcpressure_options, devices) + sizeof(o.devices) ? o.devices : nullptr;
 }
 
+gcpressure_status status_of(detail::error_class k) noexcept {
+  switch (k) {
+    case detail::error_class::invalid: return GCPRESSURE_ERR_INVALID;
+    case detail::error_class::out_of_memory: return GCPRESSURE_ERR_OOM;
+    case detail::error_class::cuda: return GCPRESSURE_ERR_CUDA;
+    case detail::error_class::internal: return GCPRESSURE_ERR_INTERNAL;
+  }
+  return GCPRESSURE_ERR_INTERNAL;
+}
+
+// Note [Errors at a C boundary]
 template <class F>
 gcpressure_status guarded(F&& f) noexcept {
-  try {
-    return f();
-  } catch (const out_of_memory& e) {
-    return fail(GCPRESSURE_ERR_OOM, e.what());
-  } catch (const cuda_error& e) {
-    return fail(GCPRESSURE_ERR_CUDA, e.what());
-  } catch (const gcpressure::logic_error& e) {
-    return fail(GCPRESSURE_ERR_INVALID, e.what());
-  } catch (const std::bad_alloc&) {
-    return fail(GCPRESSURE_ERR_OOM, "gcpressure: out of host memory");
-  } catch (const std::exception& e) {
-    return fail(GCPRESSURE_ERR_INTERNAL, e.what());
-  } catch (...) {
-    return fail(GCPRESSURE_ERR_INTERNAL, "gcpressure: unknown exception");
-  }
+  return detail::call_at_c_boundary(std::forward<F>(f), [](detail::caught_error e) {
+    return fail(status_of(e.kind), std::move(e.message));
+  });
 }
 
 #define GCP_CHECK(a)                                  \
@@ -307,6 +307,8 @@ const char* gcpressure_status_string(gcpressure_status s) {
 
 const char* gcpressure_version(void) { return "0.1.0"; }
 
+const char* const* gcpressure_policy_names(void) { return policy_names(); }
+
 gcpressure_status gcpressure_create(const gcpressure_options* o, gcpressure_allocator** out) {
   if (!o || !out) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: null options or out pointer");
   *out = nullptr;
@@ -322,9 +324,9 @@ gcpressure_status gcpressure_create(const gcpressure_options* o, gcpressure_allo
     if ((c.backend == backend_choice::cuda || c.backend == backend_choice::cuda_async) && !cuda_available())
       return fail(GCPRESSURE_ERR_UNSUPPORTED, "gcpressure_create: CUDA backend asked for, but no CUDA device is usable "
                                                "(or the library was built without CUDA)");
-    bool known = false;
-    for (const char* const* n = policy_names(); *n; ++n) known = known || c.policy == *n;
-    if (!known) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: unknown policy '" + c.policy + "'");
+    if (!is_policy_name(c.policy))
+      return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: unknown policy '" + c.policy + "' (expected " +
+                                              policy_names_text(", ", " or ") + ")");
     const int kind = enum_value(o->collector);
     if (kind != GCPRESSURE_COLLECTOR_BOEHM && kind != GCPRESSURE_COLLECTOR_CALLBACKS)
       return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: unknown collector kind");

@@ -567,7 +567,16 @@ void finish(model& m) {
   REQUIRE(g_misuse_reports.load() == 0, "misuse reported from a noexcept path");
 }
 
-const char* const k_policies[] = {"pressure", "at_limit", "every_iteration", "cudajl", "dotnet", "explicit_free"};
+// The header's policy byte indexes gcpressure_policy_names() (the corpus's
+// policy_*.bin files, tests/fuzz/make_corpus.py, follow its order).
+std::size_t policy_count() {
+  static const std::size_t n = [] {
+    std::size_t k = 0;
+    while (gcpressure_policy_names()[k]) ++k;
+    return k;
+  }();
+  return n;
+}
 constexpr std::size_t k_hards[] = {1 * MiB, 2 * MiB, 4 * MiB, 8 * MiB, 16 * MiB, 24 * MiB, 32 * MiB, 64 * MiB};
 
 }  // namespace
@@ -601,7 +610,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   m.hard = k_hards[h0 % 8];
   const std::string hard = std::to_string(m.hard);
   o.hard_limit = hard.c_str();
-  o.policy = k_policies[h1 % 6];
+  o.policy = gcpressure_policy_names()[h1 % policy_count()];
   REQUIRE(gcpressure_create(&o, &m.a) == GCPRESSURE_OK, "create");
 
   int steps = 0;

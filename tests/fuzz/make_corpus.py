@@ -2,14 +2,28 @@
 """Writes the seed corpus of gcp_fuzz_capi (tests/fuzz/corpus/*.bin).
 
 The input format is read by tests/fuzz/fuzz_capi.cpp: two header bytes (hard
-limit index 0..7 -> 1, 2, 4, 8, 16, 24, 32, 64 MiB; policy index 0..5), then operations,
+limit index 0..7 -> 1, 2, 4, 8, 16, 24, 32, 64 MiB; policy index into
+gcpressure_policy_names()), then operations,
 each an opcode byte (taken mod 14) and its argument bytes. Regenerate with
   python3 tests/fuzz/make_corpus.py tests/fuzz/corpus
 """
 import os
+import re
 import sys
 
-POLICIES = ["pressure", "at_limit", "every_iteration", "cudajl", "dotnet", "explicit_free"]
+
+def policy_names():
+    """The policy names in the order of gcpressure::policy_names() (the fuzzer's
+    policy byte indexes it), read from their one list in core/src/baselines.cpp."""
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "core", "src", "baselines.cpp")
+    with open(src, encoding="utf-8") as f:
+        m = re.search(r"k_names\[\]\s*=\s*\{([^}]*)\}", f.read())
+    if not m:
+        sys.exit(f"make_corpus.py: no k_names list in {src}")
+    return re.findall(r'"([^"]+)"', m.group(1))
+
+
+POLICIES = policy_names()
 
 
 def alloc(cls, v, stream=0):          # 0: raw alloc

@@ -30,9 +30,9 @@
 
 #include "gcpressure/allocator.hpp"
 #include "gcpressure/error.hpp"
-#include "gcpressure/fault_injection.hpp"
 #include "gcpressure/host_resource.hpp"
 #include "gcpressure/policy.hpp"
+#include "fault_injection.hpp"
 #include "reliability_support.hpp"
 
 namespace gcp = gcpressure;

@@ -40,7 +40,7 @@
 #include "gcpressure/boehm.hpp"
 #include "gcpressure/cuda_resource.hpp"
 #include "gcpressure/error.hpp"
-#include "gcpressure/fault_injection.hpp"
+#include "fault_injection.hpp"
 #include "reliability_support.hpp"
 
 namespace gcp = gcpressure;

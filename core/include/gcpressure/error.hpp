@@ -56,6 +56,33 @@ std::string_view source_name(std::string_view file) noexcept;
 // Checked entry points (device_allocator::free, the C API) detect the same
 // misuse first and throw / return a status instead.
 void report_misuse(const std::string& msg) noexcept;
+
+// Note [Errors at a C boundary]
+// The C API (gc_bridge/src/c_api.cpp) and the PyTorch shim
+// (examples/torch/gcpressure_torch.cpp) let no exception cross their C entry
+// points: each becomes a thread-local message and a status. Both classify it
+// here, so that one exception reads the same through either: the library's
+// out_of_memory / cuda_error / logic_error keep their messages; a host
+// std::bad_alloc is an out-of-memory of its own; anything else is internal.
+enum class error_class { invalid, out_of_memory, cuda, internal };
+struct caught_error {
+  error_class kind;
+  std::string message;
+};
+// The exception being handled, classified. Only from inside a catch handler.
+// Thread-safe; finalizer-safe.
+caught_error classify_current_exception() noexcept;
+
+// f(), or on_error(classify_current_exception()) if f throws: the body of a
+// C entry point. Thread-safe as f and on_error are.
+template <class F, class OnError>
+auto call_at_c_boundary(F&& f, OnError&& on_error) noexcept -> decltype(f()) {
+  try {
+    return f();
+  } catch (...) {
+    return on_error(classify_current_exception());
+  }
+}
 }  // namespace detail
 
 using misuse_handler = void (*)(const char* message);

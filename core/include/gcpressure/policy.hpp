@@ -3,9 +3,9 @@
 //
 // A policy is bound to one collector and one or more device_allocators (one
 // per device: Note [One policy, N devices]); it installs itself as every
-// allocator's hook (Note [The hook point]) and removes itself when destroyed. Policies: "pressure" (ours), and the baselines "at_limit",
-// "every_iteration", "cudajl", "dotnet" and "explicit_free" — see
-// docs/DESIGN.md and core/src/baselines.cpp for what each one does.
+// allocator's hook (Note [The hook point]) and removes itself when destroyed.
+// Policies: "pressure" (ours) and the baselines, named by policy_names() —
+// see docs/DESIGN.md and core/src/baselines.cpp for what each one does.
 //
 // Thread safety: all public members are thread-safe. None may be called from
 // a finalizer. Collections never run while an allocator lock is held.
@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gcpressure/allocator.hpp"
@@ -254,8 +255,8 @@ class gc_policy : public allocation_hook {
   bool cycle_blocking_ = false;  // some slices of this cycle ran back to back
 };
 
-// Creates a policy by name: pressure | at_limit | every_iteration | cudajl |
-// dotnet | explicit_free. Throws logic_error naming the bad name.
+// Creates a policy by name (one of policy_names()). Throws logic_error naming
+// the bad name and the known ones.
 std::unique_ptr<gc_policy> make_policy(const std::string& name, device_allocator& a, collector& c,
                                        policy_options o = {});
 // The same over several devices (Note [One policy, N devices]).
@@ -263,6 +264,17 @@ std::unique_ptr<gc_policy> make_policy(const std::string& name, const std::vecto
                                        collector& c, policy_options o = {});
 
 // Names of every policy, for help text and benchmarks (nullptr-terminated).
+// The one list: option tables, error texts, the C API's
+// gcpressure_policy_names(), the fuzzer and CMake's GCPRESSURE_POLICY_NAMES
+// (checked by a test) all come from it. Thread-safe; finalizer-safe.
 const char* const* policy_names() noexcept;
+
+// Whether `name` is one of policy_names(). Thread-safe; finalizer-safe.
+bool is_policy_name(std::string_view name) noexcept;
+
+// policy_names() joined by `sep`, the last two by `last_sep` (empty: `sep`):
+// policy_names_text(", ", " or ") is "pressure, at_limit, ... or
+// explicit_free". Thread-safe; allocates (not finalizer-safe).
+std::string policy_names_text(std::string_view sep, std::string_view last_sep = {});
 
 }  // namespace gcpressure

@@ -7,7 +7,7 @@
 ;;; bytes through the pressure policy, is what gives the memory back.
 ;;;
 ;;;   guile forward_loop.scm [--backend host|cuda|cuda_async|auto]
-;;;     [--policy pressure|at_limit|every_iteration|cudajl|dotnet|explicit_free]
+;;;     [--policy NAME] (one of gcpressure_policy_names(), e.g. pressure)
 ;;;     [--workload steady|promote|burst|varied] [--iters N] [--layers N] [--d N]
 ;;;     [--batch N] [--host-heap-mib N] [--hard-limit SIZE] [--soft-limit SIZE]
 ;;;     [--collector callbacks|boehm] [--incremental] [--promote-share X]

@@ -49,8 +49,8 @@
   "A device heap: one allocator on BACKEND ('host, 'cuda, 'cuda_async or
 'auto) bounded by HARD-LIMIT (bytes, or a string such as \"64MiB\" or
 \"80%\"; #f: the device's memory) with the policy aiming below SOFT-LIMIT
-(#f: 75% of the hard limit). POLICY is one of pressure, at_limit,
-every_iteration, cudajl, dotnet, explicit_free (#f: pressure). An option
+(#f: 75% of the hard limit). POLICY is a name of the C API's
+gcpressure_policy_names(), e.g. \"pressure\" (#f: pressure). An option
 left #f comes from the GCPRESSURE_* environment if set there (explicit
 options override it); BACKEND defaults to 'host unless GCPRESSURE_BACKEND is
 set. COLLECTOR is 'callbacks

@@ -11,7 +11,7 @@
 -- collector for collections when the device bytes justify one.
 --
 --   lua5.4 forward_loop.lua [--backend auto|host|cuda|cuda_async]
---     [--policy pressure|at_limit|every_iteration|cudajl|dotnet|explicit_free|none]
+--     [--policy NAME|none]   (NAME: one of gcpressure_policy_names(), e.g. pressure)
 --     [--workload steady|promote|burst|varied] [--iters N] [--layers N] [--d N] [--batch N]
 --     [--host-heap-mib N] [--hard-limit SIZE] [--soft-limit SIZE] [--gc-mode generational|incremental]
 --     [--promote-share X] [--burst-every N] [--burst-fraction X] [--seed N] [--no-sync]

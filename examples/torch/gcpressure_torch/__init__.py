@@ -164,8 +164,8 @@ def configure(soft_limit=None, hard_limit=None, policy: str | None = "pressure",
               backend: str = "cuda_async", lib: str | None = None, **options) -> Library:
     """Loads and configures the library; does not touch torch (install() does).
     Limits: ints (bytes) or strings the library parses ("4GiB", "80%"); soft
-    defaults to 75% of hard, hard to the whole device. policy: pressure |
-    at_limit | every_iteration | cudajl | dotnet | explicit_free. budget: the
+    defaults to 75% of hard, hard to the whole device. policy: a name of
+    gcpressure::policy_names(), e.g. "pressure". budget: the
     fraction of wall time collections may take (default 0.05). backend:
     cuda_async (PyTorch), host (a simulated device in host memory, for tests
     without a GPU), cuda, auto. options: host_capacity, gil_wait,

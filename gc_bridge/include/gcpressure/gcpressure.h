@@ -24,7 +24,8 @@ extern "C" {
 #endif
 
 #define GCPRESSURE_API_VERSION 3 /* 2: own_collections callback, gcpressure_synchronize, gcpressure_quiet_moment_ex;
-                                    3: options.devices, gcpressure_device_count, gcpressure_device_allocator */
+                                    3: options.devices, gcpressure_device_count, gcpressure_device_allocator,
+                                       gcpressure_policy_names */
 
 typedef enum gcpressure_status {
   GCPRESSURE_OK = 0,
@@ -64,8 +65,7 @@ typedef struct gcpressure_options {
   const char* soft_limit;   /* "4GiB", "80%", bytes [NULL]: GCPRESSURE_SOFT_LIMIT, else 75% of the hard limit.
                                Above the hard limit: GCPRESSURE_ERR_INVALID (as in gcpressure_set_limits) */
   const char* hard_limit;   /* [NULL]: GCPRESSURE_HARD_LIMIT, else device memory */
-  const char* policy;       /* pressure | at_limit | every_iteration | cudajl | dotnet | explicit_free
-                               [NULL]: GCPRESSURE_POLICY, else pressure */
+  const char* policy;       /* one of gcpressure_policy_names() [NULL]: GCPRESSURE_POLICY, else pressure */
   double gc_budget;         /* fraction of wall time for collections [0]: GCPRESSURE_GC_BUDGET, else 0.05 */
   int every_n;              /* every_iteration policy [0]: GCPRESSURE_EVERY_N, else 1 */
   int read_env;             /* legacy; nonzero: GCPRESSURE_* variables override even the fields set */
@@ -123,6 +123,11 @@ void gcpressure_collector_callbacks_init(gcpressure_collector_callbacks* c);
 const char* gcpressure_last_error(void);
 const char* gcpressure_status_string(gcpressure_status s);
 const char* gcpressure_version(void);
+/* The policy names gcpressure_options.policy accepts, a NULL-terminated
+ * array of static strings (the library's one list; bindings should list
+ * names from it rather than repeat them). API version 3. Thread-safe;
+ * finalizer-safe. */
+const char* const* gcpressure_policy_names(void);
 
 /* Creates an allocator for one device, or a group over options.devices:
  * the handle returned is device index 0's and the group's (Note [C handles

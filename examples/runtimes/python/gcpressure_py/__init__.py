@@ -93,8 +93,8 @@ class Allocator:
 
     backend: "host" (simulated device in host memory: pointers are real host
     memory), "cuda", "cuda_async" or "auto". Limits are strings the library
-    parses ("64MiB", "80%") or ints (bytes). policy: pressure | at_limit |
-    every_iteration | cudajl | dotnet | explicit_free. Options left as None
+    parses ("64MiB", "80%") or ints (bytes). policy: a name of
+    the C API's gcpressure_policy_names(), e.g. "pressure". Options left as None
     come from the GCPRESSURE_* environment, else the library's defaults
     (backend: "host" unless GCPRESSURE_BACKEND is set). collector: a
     CPythonCollector, True (a new one with `minor_generation`), or None/False: no

@@ -1,5 +1,7 @@
-// gcpressure/fault_injection.hpp — a resource adaptor that makes its upstream
-// fail on a schedule, for reliability tests (issue 6, docs/RELIABILITY.md).
+// tests/support/fault_injection.hpp — a resource adaptor that makes its
+// upstream fail on a schedule, for reliability tests (issue 6,
+// docs/RELIABILITY.md). Test support: built into the gcpressure_testing
+// library of tests/CMakeLists.txt, never installed.
 //
 // Note [Fault injection]
 // fault_injecting_adaptor wraps any device_resource (RMM style: it does not

@@ -1,5 +1,5 @@
 // fault_injecting_adaptor: Note [Fault injection] in fault_injection.hpp.
-#include "gcpressure/fault_injection.hpp"
+#include "fault_injection.hpp"
 
 #include <string>
 
