@@ -9,6 +9,7 @@
 //   forward_loop --policy at_limit --host-heap-mib 1024 --quiet
 //   forward_loop --policy explicit_free --json --quiet   # the oracle, as JSON
 //   forward_loop --policy all --workload all --reps 3 --json --quiet   # a JSON line per run
+//   forward_loop --devices 2 --json --quiet   # a replica per device, one policy; per-device JSON
 #include <cstdio>
 #include <exception>
 #include <memory>

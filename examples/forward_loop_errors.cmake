@@ -17,4 +17,8 @@ execute_process(COMMAND ${EXE} --workload nope ERROR_VARIABLE err RESULT_VARIABL
 if(NOT rc EQUAL 2 OR NOT err MATCHES "unknown workload 'nope'")
   message(FATAL_ERROR "bad workload: expected exit 2 naming it, got ${rc}:\n${err}")
 endif()
+execute_process(COMMAND ${EXE} --devices 0 ERROR_VARIABLE err RESULT_VARIABLE rc OUTPUT_QUIET)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "--devices: 0 is out of range")
+  message(FATAL_ERROR "bad device count: expected exit 2 naming it, got ${rc}:\n${err}")
+endif()
 message(STATUS "forward_loop: flag and environment errors reported as promised")

@@ -54,7 +54,7 @@ std::string usage() {
       "                    [--hard-limit SIZE] [--soft-limit SIZE] [--trace FILE.csv] [--json] [--quiet]\n"
       "                    [--host-allocs N] [--host-capacity SIZE] [--gc-budget F] [--every-n N]\n"
       "                    [--promote-share F] [--burst-every N] [--burst-fraction F] [--hint-order before|after]\n"
-      "                    [--array-objects global|thread-local]\n"
+      "                    [--array-objects global|thread-local] [--devices N]\n"
       "                    [--max-seconds S] [--seed N] [--verbose] [--help]\n"
       "\n"
       "A Flux-style forward pass (layers x Dense y = relu.(W*x .+ b)) whose arrays are GC-owned\n"
@@ -85,6 +85,11 @@ std::string usage() {
       "                    (default 50% on CUDA; 256MiB on host)\n"
       "  --soft-limit SIZE the policy's target (default 75% of the hard limit)\n"
       "  --host-capacity SIZE  simulated device size on the host backend (default " + capacity + ")\n"
+      "  --devices N       data-parallel replicas of the model, one per device (default 1): CUDA\n"
+      "                    devices 0..N-1, or N simulated devices of --host-capacity on the host\n"
+      "                    backend, each with the limits above, one policy over all. With N > 1\n"
+      "                    the JSON's byte peaks are the most-pressed device's, its counts, other\n"
+      "                    bytes and samples totals over the devices; \"devices\" has each one\n"
       "  --gc-budget F     fraction of wall time collections may take (default 0.05)\n"
       "  --every-n N       every_iteration: collect every N iterations (default 1)\n"
       "  --hint-order O    before (default): iteration hint, then the policy's synchronize;\n"
@@ -185,6 +190,7 @@ void apply_flag(options& o, const std::string& a, const std::string& v) {
   else if (a == "--d") o.d = static_cast<int>(to_long(a, v, 1, 65536));
   else if (a == "--batch") o.batch = static_cast<int>(to_long(a, v, 1, 1 << 20));
   else if (a == "--host-heap-mib") o.host_heap_mib = static_cast<std::size_t>(to_long(a, v, 0, 1 << 20));
+  else if (a == "--devices") o.devices = static_cast<int>(to_long(a, v, 1, 64));
   else if (a == "--host-allocs") o.host_allocs = static_cast<int>(to_long(a, v, 0, 1 << 24));
   else if (a == "--hard-limit") o.hard_limit = to_size(a, v);
   else if (a == "--soft-limit") o.soft_limit = to_size(a, v);
@@ -213,7 +219,7 @@ const char* const valued_flags[] = {
     "--backend", "--policy", "--workload", "--reps", "--iters", "--layers", "--d", "--batch", "--host-heap-mib",
     "--host-allocs", "--hard-limit", "--soft-limit", "--host-capacity", "--gc-budget", "--every-n",
     "--promote-share", "--burst-every", "--burst-fraction", "--max-seconds", "--seed", "--trace", "--hint-order",
-    "--array-objects",
+    "--array-objects", "--devices",
     nullptr};
 
 }  // namespace

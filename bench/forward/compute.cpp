@@ -2,6 +2,7 @@
 // a host_stream's worker thread, or cuBLAS on a CUDA stream. See Note
 // [Kernels take device pointers, not GC objects] in detail.hpp.
 #include <cstring>
+#include <string>
 
 #include "detail.hpp"
 #include "gcpressure/cuda_resource.hpp"
@@ -90,11 +91,21 @@ class host_compute final : public compute {
 };
 
 #ifdef GCPRESSURE_HAVE_CUDA
+// Note [A replica's device is current when it queues]
+// CUDA queues work on the current device: a stream, a cuBLAS handle and a
+// kernel launch belong to the device current when they are made. With one
+// replica per device (--devices N) the loop's thread moves between devices
+// every iteration, so this compute makes its device current when it creates
+// its stream and handle and before every call that queues work or copies
+// (cudaSetDevice to the device already current is cheap). The allocators
+// switch devices themselves (core/src/cuda_backend.cu restores the caller's).
 class cuda_compute final : public compute {
  public:
-  cuda_compute() : stream_(gcp::cuda_stream_create()) {
+  explicit cuda_compute(int device) : device_(device) {
+    cuda::set_device(device_);
+    stream_ = gcp::cuda_stream_create();
     try {
-      ctx_ = cuda::create(stream_);
+      ctx_ = cuda::create(stream_, device_);
     } catch (...) {
       gcp::cuda_stream_destroy(stream_);
       throw;
@@ -111,26 +122,33 @@ class cuda_compute final : public compute {
   }
   void fill(void* p, std::size_t bytes) override { cuda::fill(ctx_, p, bytes); }
   void upload(void* dst, const void* src, std::size_t bytes) override {
+    cuda::set_device(device_);
     gcp::cuda_memcpy_to_device(dst, src, bytes, stream_);
   }
   void download(void* dst, const void* src, std::size_t bytes) override {
+    cuda::set_device(device_);
     gcp::cuda_memcpy_to_host(dst, src, bytes, stream_);
   }
   void wait() override { gcp::cuda_stream_synchronize(stream_); }
 
  private:
-  gcp::stream_ref stream_;
+  int device_;
+  gcp::stream_ref stream_ = nullptr;
   cuda::context* ctx_ = nullptr;
 };
 #endif
 
 }  // namespace
 
-std::unique_ptr<compute> make_compute(bool cuda) {
+std::unique_ptr<compute> make_compute(bool cuda, int device) {
   if (!cuda) return std::make_unique<host_compute>();
 #ifdef GCPRESSURE_HAVE_CUDA
-  return std::make_unique<cuda_compute>();
+  if (device < 0 || (device > 0 && device >= gcp::cuda_device_count()))
+    GCPRESSURE_FAIL("forward_loop: CUDA device " + std::to_string(device) + " asked for, but " +
+                    std::to_string(gcp::cuda_device_count()) + " are usable");
+  return std::make_unique<cuda_compute>(device);
 #else
+  (void)device;
   GCPRESSURE_FAIL("forward_loop: this build has no CUDA (configure with GCPRESSURE_WITH_CUDA=ON)");
 #endif
 }

@@ -13,6 +13,7 @@ namespace fwd::cuda {
 struct context {
   cublasHandle_t handle = nullptr;
   cudaStream_t stream = nullptr;
+  int device = 0;
 };
 
 namespace {
@@ -37,10 +38,14 @@ __global__ void bias_relu_kernel(const float* __restrict__ t, const float* __res
 
 }  // namespace
 
-context* create(void* stream) {
+void set_device(int device) { check(cudaSetDevice(device), "cudaSetDevice"); }
+
+context* create(void* stream, int device) {
   auto* c = new context;
   c->stream = static_cast<cudaStream_t>(stream);
+  c->device = device;
   try {
+    set_device(device);
     check(cublasCreate(&c->handle), "cublasCreate");
     check(cublasSetStream(c->handle, c->stream), "cublasSetStream");
   } catch (...) {
@@ -53,12 +58,14 @@ context* create(void* stream) {
 
 void destroy(context* c) noexcept {
   if (!c) return;
+  (void)cudaSetDevice(c->device);  // the handle's device; nothing to report from a destructor
   if (c->handle) cublasDestroy(c->handle);
   delete c;
 }
 
 void sgemm(context* c, const float* W, const float* x, float* y, int d, int n) {
   const float one = 1.f, zero = 0.f;
+  set_device(c->device);
   check(cublasSgemm(c->handle, CUBLAS_OP_N, CUBLAS_OP_N, d, n, d, &one, W, d, x, d, &zero, y, d), "cublasSgemm");
 }
 
@@ -66,11 +73,13 @@ void bias_relu(context* c, const float* t, const float* b, float* y, int d, int 
   const long long total = static_cast<long long>(d) * n;
   const int threads = 256;
   const int blocks = static_cast<int>(total / threads + 1 < 4096 ? total / threads + 1 : 4096);
+  set_device(c->device);
   bias_relu_kernel<<<blocks, threads, 0, c->stream>>>(t, b, y, d, total);
   check(cudaGetLastError(), "bias_relu kernel launch");
 }
 
 void fill(context* c, void* p, unsigned long long bytes) {
+  set_device(c->device);
   check(cudaMemsetAsync(p, 0x5a, static_cast<std::size_t>(bytes), c->stream), "cudaMemsetAsync");
 }
 

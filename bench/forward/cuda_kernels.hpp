@@ -6,9 +6,14 @@
 
 namespace fwd::cuda {
 
-struct context;  // cublasHandle_t bound to one stream
+struct context;  // cublasHandle_t bound to one stream of one device
 
-context* create(void* stream);  // stream: a cudaStream_t (gcpressure::stream_ref)
+// Makes CUDA device `device` current for this thread (cudaSetDevice).
+void set_device(int device);
+// stream: a cudaStream_t (gcpressure::stream_ref) of CUDA device `device`.
+// Every call below makes that device current first (Note [A replica's device
+// is current when it queues], compute.cpp).
+context* create(void* stream, int device);
 void destroy(context* c) noexcept;
 
 // Column-major y(d x n) = W(d x d) * x(d x n), all device pointers.

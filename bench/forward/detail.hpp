@@ -34,8 +34,9 @@ struct darray {
 // (the loop's thread only).
 class arrays {
  public:
-  arrays(boehm::device_heap& h, gcp::stream_ref s, bool oracle, bool global_objects)
-      : heap_(h), stream_(s), oracle_(oracle), global_(global_objects) {}
+  // Arrays on device `device` of `h` (its index there), queued on `s`.
+  arrays(boehm::device_heap& h, gcp::stream_ref s, std::size_t device, bool oracle, bool global_objects)
+      : heap_(h), stream_(s), device_(device), oracle_(oracle), global_(global_objects) {}
   // A d x n float array (GC host object + GC-owned device buffer).
   darray* make(int rows, int cols);
   // A byte array (rows = bytes / 4, cols = 1).
@@ -51,6 +52,7 @@ class arrays {
  private:
   boehm::device_heap& heap_;
   gcp::stream_ref stream_;
+  std::size_t device_;
   bool oracle_;
   bool global_;  // Note [Array objects]
   std::uint64_t bytes_ = 0;
@@ -88,9 +90,12 @@ class compute {
   virtual void wait() = 0;
 };
 
-// cuda: cuBLAS on a new CUDA stream; otherwise the CPU on a host_stream's
-// worker thread. Throws logic_error when cuda is asked of a build without it.
-std::unique_ptr<compute> make_compute(bool cuda);
+// cuda: cuBLAS on a new CUDA stream of CUDA device `device` (made current
+// before every call that queues work or copies); otherwise the CPU on a
+// host_stream's worker thread (`device` is then only the simulated device's
+// index, which needs nothing of the compute). Throws logic_error when cuda
+// is asked of a build without it.
+std::unique_ptr<compute> make_compute(bool cuda, int device = 0);
 
 // What a workload needs from the loop.
 struct workload_context {

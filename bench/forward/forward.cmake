@@ -9,6 +9,7 @@ add_library(gcpressure_forward STATIC
   ${_fwd_dir}/cli.cpp
   ${_fwd_dir}/compute.cpp
   ${_fwd_dir}/loop.cpp
+  ${_fwd_dir}/replica.cpp
   ${_fwd_dir}/report.cpp
   ${_fwd_dir}/workload.cpp)
 target_include_directories(gcpressure_forward PUBLIC ${_fwd_dir})

@@ -13,6 +13,10 @@
 // reachable from an uncollectable GC root. The workloads (workload.hpp) add
 // arrays that live longer, bursts and varied sizes on top of this loop.
 //
+// With --devices N the model is replicated on N devices (Note [Replicas] in
+// replica.hpp) under one policy; Note [Figures over several devices] below
+// says how the result's figures cover them.
+//
 // The compute is asynchronous on every backend (compute.hpp): cuBLAS on a CUDA
 // stream, or the CPU on a host_stream's worker thread; the host runs ahead
 // and waits at the end of each iteration through the policy's sync hint.
@@ -69,6 +73,11 @@ struct options {
   gcpressure::size_spec hard_limit; // unset: forward_loop's default (see default_hard_limit)
   gcpressure::size_spec soft_limit; // unset: the library's (75% of the hard limit)
   std::size_t host_capacity = 0;    // simulated device size on the host backend; 0 = core's default
+  // Data-parallel replicas of the model, one per device (Note [Replicas] in
+  // replica.hpp): CUDA devices 0..devices-1, or as many simulated devices of
+  // host_capacity on the host backend, each with the same limits; one policy
+  // over all of them.
+  int devices = 1;
   double gc_budget = 0.05;
   int every_n = 1;
   bool verbose = false;             // the policy's per-collection lines on stderr
@@ -138,7 +147,7 @@ class host_heap {
 // Cumulative figures after an iteration (deltas from the loop's start).
 struct iteration_sample {
   int iteration;
-  std::size_t live, reserved;
+  std::size_t live, reserved;    // summed over the devices
   std::uint64_t collections;    // collections the policy ran so far (all kinds)
   double gc_seconds;             // their time so far
   std::uint64_t blocking_full;   // policy blocking whole-heap collections so far (blocking fulls + blocking_cycles)
@@ -147,12 +156,35 @@ struct iteration_sample {
   double hidden_gc_seconds;      // policy time that overlapped device work so far
 };
 
+// One device's figures over the loop (deltas from the loop's start).
+struct device_result {
+  int device = 0;                        // its ordinal (the CUDA device, or the simulated device's index)
+  std::size_t peak_live_bytes = 0, peak_reserved_bytes = 0, final_live_bytes = 0;
+  std::uint64_t reclaimed_bytes = 0;     // device bytes the policy's collections reclaimed on this device
+  std::uint64_t finalized = 0;           // handles of this device finalized
+  std::uint64_t allocations = 0;
+  std::uint64_t ooms = 0;                // out_of_memory caught in this device's replica
+  std::size_t hard_limit = 0, soft_limit = 0, device_total = 0;
+};
+
+// Note [Figures over several devices]
+// With --devices N > 1 the top-level figures cover every device: the byte
+// peaks (peak_live_bytes, peak_reserved_bytes) are the maximum over the
+// devices (the most-pressed device, the one that would run out first), and
+// every other device figure is a total over the devices: counts
+// (allocations, finalized, ooms, ladder_full_collections), bytes
+// (final_live_bytes, final_reserved_bytes, bytes_per_iteration, model_bytes,
+// live_at_exit_bytes) and the samples' live/reserved. hard_limit,
+// soft_limit and device_total are device 0's (every device gets the same
+// options); `devices` has each device's own. The collections and their times
+// are the one policy's and so shared (Note [One policy, N devices]). With
+// N = 1 every figure is that device's, as before --devices existed.
 struct result {
   // configuration
   std::string policy, backend, workload;
   int iterations_requested = 0, layers = 0, d = 0, batch = 0, host_allocs = 0;
   std::size_t host_heap_mib = 0, host_heap_bytes = 0;
-  std::size_t hard_limit = 0, soft_limit = 0, device_total = 0;
+  std::size_t hard_limit = 0, soft_limit = 0, device_total = 0;  // device 0's
   double gc_budget = 0;
   bool hint_before_sync = true;
   bool global_array_objects = true;
@@ -160,10 +192,10 @@ struct result {
   int iterations = 0;               // iterations run (fewer than requested if stopped by max_seconds)
   bool stopped_early = false;
   std::uint64_t ooms = 0;
-  std::size_t peak_live_bytes = 0, peak_reserved_bytes = 0;
+  std::size_t peak_live_bytes = 0, peak_reserved_bytes = 0;  // over devices: the maximum
   std::size_t final_live_bytes = 0, final_reserved_bytes = 0;
   std::size_t bytes_per_iteration = 0;  // device bytes the loop allocates per iteration (mean over the run)
-  std::size_t model_bytes = 0;          // parameters + input, kept alive
+  std::size_t model_bytes = 0;          // parameters + input, kept alive (every replica's)
   std::uint64_t collections_minor = 0;          // minor collections the policy ran
   std::uint64_t collections_full = 0;           // whole-heap cycles the policy ran (incremental or blocking)
   std::uint64_t collections_incremental_full = 0;
@@ -210,6 +242,8 @@ struct result {
   std::string first_oom;            // the first out_of_memory message ("" if none)
   std::string pool_status;          // the library's status table at the end of the loop
   std::vector<iteration_sample> samples;  // one per iteration run
+  int device_count = 1;
+  std::vector<device_result> devices;     // one per device, in device order
 };
 
 // Runs the loop. `heap` must hold options.host_heap_mib MiB (or be null when

@@ -1,6 +1,7 @@
 // loop.cpp — the forward loop (forward.hpp): the live host heap, then run()
 // in named steps: configure, init_model, forward_pass, end_iteration,
-// record_sample, collect_results, teardown.
+// record_sample, collect_results, teardown. The per-replica steps
+// (init_model, forward_pass, checksum) are in replica.cpp (Note [Replicas]).
 //
 // Note [What is GC-visible here]
 // Boehm finds objects from the stacks, static data and other GC objects; it
@@ -22,11 +23,13 @@
 #include <cmath>
 #include <cstring>
 #include <new>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <time.h>
 
-#include "detail.hpp"
+#include "replica.hpp"
 #include "gcpressure/allocator.hpp"
 #include "gcpressure/cuda_resource.hpp"
 #include "gcpressure/error.hpp"
@@ -113,26 +116,6 @@ host_heap::~host_heap() {
 
 namespace {
 
-// `count` small host GC objects of 16..128 bytes, linked into a short list
-// (boxed values, closures, tuples of a real runtime's iteration), dropped.
-void host_garbage(int count) {
-  static constexpr std::size_t sizes[] = {16, 24, 32, 48, 64, 80, 96, 128};
-  void* prev = nullptr;
-  for (int i = 0; i < count; ++i) {
-    void* p = GC_MALLOC(sizes[i & 7]);
-    if (!p) throw std::bad_alloc();
-    *static_cast<void**>(p) = prev;
-    prev = p;
-  }
-}
-
-// Model roots: uncollectable (scanned, never freed by the collector).
-struct model_roots {
-  darray* x;
-  darray* out;       // the last iteration's output, read back after the sync
-  darray* items[1];  // W[0..layers), b[0..layers)
-};
-
 // Overwrites dead stack below the caller, where stale copies of dropped
 // array pointers would keep their buffers alive for a conservative collector.
 [[gnu::noinline]] void scrub_stack() {
@@ -141,17 +124,24 @@ struct model_roots {
   std::memset(const_cast<char*>(buf), 0, sizeof buf);
 }
 
+// Device bytes live on every device of `h`.
+std::size_t live_bytes(boehm::device_heap& h) {
+  std::size_t n = 0;
+  for (std::size_t k = 0; k < h.device_count(); ++k) n += h.allocator(k).live_bytes();
+  return n;
+}
+
 // The bridge's finalizer thread may be running finalizers of the collection
 // that just finished: run what is pending here too, and wait (up to 2 s) until
-// the allocator's live bytes stop moving.
-void settle_finalizers(gcp::device_allocator& a) {
-  std::size_t last = a.live_bytes();
+// the live bytes of every device stop moving.
+void settle_finalizers(boehm::device_heap& h) {
+  std::size_t last = live_bytes(h);
   int still = 0;
   for (int i = 0; i < 200 && still < 3; ++i) {
     while (GC_should_invoke_finalizers()) GC_invoke_finalizers();
-    a.drain();
+    for (std::size_t k = 0; k < h.device_count(); ++k) h.allocator(k).drain();
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    const std::size_t now = a.live_bytes();
+    const std::size_t now = live_bytes(h);
     still = now == last ? still + 1 : 0;
     last = now;
   }
@@ -172,41 +162,45 @@ std::uint64_t policy_blocking(const gcp::collection_stats& s) {
 }
 
 // One run's state. Declaration order is destruction order reversed: the
-// compute (and its stream) outlives the device heap, whose pool's blocks are
-// ordered on that stream.
+// computes (and their streams) outlive the device heap, whose pools' blocks
+// are ordered on those streams; the replicas' arrays and workloads go first.
 struct loop_state {
   const options& o;
   std::FILE* progress;
   result r;
   bool cuda = false;
-  std::unique_ptr<compute> comp;
+  std::vector<std::unique_ptr<compute>> comps;  // one per replica
   std::unique_ptr<boehm::device_heap> dh;
-  std::unique_ptr<arrays> arr;
-  std::unique_ptr<workload> wl;
-  model_roots* roots = nullptr;
+  std::vector<std::unique_ptr<replica>> reps;   // Note [Replicas]
   gcp::collection_stats base;  // at the loop's start: collections during set-up are not the loop's
-  std::uint64_t allocs0 = 0;
   double host_seconds = 0;
   clock_type::time_point t_start;
 
   loop_state(const options& opts, std::FILE* p) : o(opts), progress(p) {}
-  ~loop_state() {
-    if (roots) GC_FREE(roots);  // on an exception: unroot the model (its arrays become garbage)
-  }
-  gcp::device_allocator& alloc() { return dh->allocator(); }
-  gcp::stream_ref stream() { return comp->stream(); }
 };
 
-// Options -> allocator and policy; the device heap and the compute.
+// Options -> one allocator per replica's device, and the policy.
+std::vector<gcp::allocator_options> device_options(const options& o, bool cuda) {
+  gcp::allocator_options ao;
+  ao.backend = !cuda ? gcp::backend_kind::host
+                     : (o.backend == "cuda" ? gcp::backend_kind::cuda : gcp::backend_kind::cuda_async);
+  if (o.host_capacity) ao.host_capacity = o.host_capacity;
+  ao.hard_limit = o.hard_limit.is_set() ? o.hard_limit : default_hard_limit(cuda);
+  ao.soft_limit = o.soft_limit;
+  std::vector<gcp::allocator_options> v(static_cast<std::size_t>(o.devices), ao);
+  for (int k = 0; k < o.devices; ++k) v[static_cast<std::size_t>(k)].device = k;
+  return v;
+}
+
+// Options -> allocators and policy; the device heap, the computes and the
+// replicas' arrays.
 void configure(loop_state& s, const host_heap* heap) {
   const options& o = s.o;
   s.cuda = o.backend.empty() ? gcp::cuda_available() : o.backend != "host";
-  gcp::allocator_options ao;
-  ao.backend = !s.cuda ? gcp::backend_kind::host
-                       : (o.backend == "cuda" ? gcp::backend_kind::cuda : gcp::backend_kind::cuda_async);
-  if (o.host_capacity) ao.host_capacity = o.host_capacity;
-  ao.hard_limit = o.hard_limit.is_set() ? o.hard_limit : default_hard_limit(s.cuda);
-  ao.soft_limit = o.soft_limit;
+  if (s.cuda && o.devices > 1 && o.devices > gcp::cuda_device_count())
+    GCPRESSURE_FAIL("forward_loop: --devices " + std::to_string(o.devices) + " needs as many CUDA devices, but " +
+                    std::to_string(gcp::cuda_device_count()) + " are usable");
+  const std::vector<gcp::allocator_options> ao = device_options(o, s.cuda);
   gcp::policy_options po;
   po.gc_budget = o.gc_budget;
   po.every_n = o.every_n;
@@ -215,7 +209,7 @@ void configure(loop_state& s, const host_heap* heap) {
   result& r = s.r;
   r.policy = o.policy;
   r.workload = o.workload;
-  r.backend = gcp::to_string(ao.backend);
+  r.backend = gcp::to_string(ao[0].backend);
   r.iterations_requested = o.iters;
   r.layers = o.layers;
   r.d = o.d;
@@ -226,142 +220,67 @@ void configure(loop_state& s, const host_heap* heap) {
   r.gc_budget = o.gc_budget;
   r.hint_before_sync = o.hint_before_sync;
   r.global_array_objects = o.global_array_objects;
+  r.device_count = o.devices;
 
   // A clean start, outside the measurement: garbage of earlier runs (and the
   // host heap's first marking) is not this run's work.
   GC_gcollect();
-  s.comp = make_compute(s.cuda);
+  for (int k = 0; k < o.devices; ++k) s.comps.push_back(make_compute(s.cuda, k));
   s.dh = std::make_unique<boehm::device_heap>(ao, o.policy, po);
-  r.hard_limit = s.alloc().hard_limit();
-  r.soft_limit = s.alloc().soft_limit();
-  r.device_total = s.alloc().device_memory().total;
-  s.arr = std::make_unique<arrays>(*s.dh, s.stream(), o.policy == "explicit_free", o.global_array_objects);
-}
-
-// Parameters and input, initialised on the host and uploaded; the workload.
-void init_model(loop_state& s) {
-  const int d = s.o.d, n = s.o.batch, L = s.o.layers;
-  const std::size_t act_bytes = static_cast<std::size_t>(d) * n * sizeof(float);
-  s.r.model_bytes = act_bytes + static_cast<std::size_t>(L) * (static_cast<std::size_t>(d) * d + d) * sizeof(float);
-  const std::size_t root_bytes = sizeof(model_roots) + sizeof(darray*) * static_cast<std::size_t>(2 * L);
-  s.roots = static_cast<model_roots*>(GC_MALLOC_UNCOLLECTABLE(root_bytes));
-  if (!s.roots) throw std::bad_alloc();
-  std::memset(s.roots, 0, root_bytes);
-  // xorshift64*: the H200 model has 134 M weights, and a matrix of runs
-  // initialises it once per run (mt19937_64 + a distribution took ~1 s).
-  std::uint64_t state = s.o.seed * 0x9e3779b97f4a7c15ull + 1;
-  auto uniform = [&state](float lo, float hi) {
-    state ^= state >> 12;
-    state ^= state << 25;
-    state ^= state >> 27;
-    const auto bits = static_cast<std::uint32_t>((state * 0x2545f4914f6cdd1dull) >> 40);  // 24 bits
-    return lo + (hi - lo) * static_cast<float>(bits) * (1.0f / 16777216.0f);
-  };
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  auto wdist = [&] { return uniform(-scale, scale); };
-  auto xdist = [&] { return uniform(0.f, 1.f); };
-  auto bdist = [&] { return uniform(-0.01f, 0.05f); };
-  std::vector<float> host(static_cast<std::size_t>(d) * std::max(d, n));
-  s.roots->x = s.arr->make(d, n);
-  for (std::size_t i = 0; i < static_cast<std::size_t>(d) * n; ++i) host[i] = xdist();
-  s.comp->upload(ptr(s.roots->x), host.data(), act_bytes);
-  for (int l = 0; l < L; ++l) {
-    darray* W = s.roots->items[l] = s.arr->make(d, d);
-    for (std::size_t i = 0; i < static_cast<std::size_t>(d) * d; ++i) host[i] = wdist();
-    s.comp->upload(ptr(W), host.data(), static_cast<std::size_t>(d) * d * sizeof(float));
-    darray* b = s.roots->items[L + l] = s.arr->make(d, 1);
-    for (int i = 0; i < d; ++i) host[static_cast<std::size_t>(i)] = bdist();
-    s.comp->upload(ptr(b), host.data(), static_cast<std::size_t>(d) * sizeof(float));
+  r.hard_limit = s.dh->allocator(0).hard_limit();
+  r.soft_limit = s.dh->allocator(0).soft_limit();
+  r.device_total = s.dh->allocator(0).device_memory().total;
+  for (int k = 0; k < o.devices; ++k) {
+    auto rp = std::make_unique<replica>();
+    rp->device = static_cast<std::size_t>(k);
+    rp->comp = s.comps[rp->device].get();
+    rp->arr = std::make_unique<arrays>(*s.dh, rp->comp->stream(), rp->device, o.policy == "explicit_free",
+                                       o.global_array_objects);
+    s.reps.push_back(std::move(rp));
   }
-  s.comp->wait();
-  s.wl = make_workload(s.o, workload_context{*s.arr, *s.comp, s.alloc().hard_limit(), L, act_bytes});
-}
-
-// The layers of iteration `it` and the workload's part; an out_of_memory is
-// counted and the iteration's in-flight arrays dropped (the oracle frees them).
-void forward_pass(loop_state& s, int it, bool last) {
-  const int d = s.o.d, n = s.o.batch, L = s.o.layers;
-  // In-flight arrays are locals: on the stack, so GC-visible (Note [What is GC-visible here]).
-  darray* h = s.roots->x;
-  darray* t = nullptr;
-  darray* y = nullptr;
-  auto drop_input = [&] {
-    if (h != s.roots->x) s.arr->died(h);
-  };
-  try {
-    s.wl->begin_iteration(it);
-    for (int l = 0; l < L; ++l) {
-      const darray* W = s.roots->items[l];
-      const darray* b = s.roots->items[L + l];
-      t = s.arr->make(d, n);  // W*x: the broadcast's temporary
-      s.comp->gemm(ptr(W), ptr(h), ptr(t), d, n);
-      y = s.arr->make(d, n);  // relu.(t .+ b)
-      s.comp->bias_relu(ptr(t), ptr(b), ptr(y), d, n);
-      s.wl->after_layer(it, l, t, y);
-      s.arr->died(t);
-      drop_input();
-      t = nullptr;
-      h = y;
-      y = nullptr;
-      host_garbage(s.o.host_allocs / L + (l < s.o.host_allocs % L ? 1 : 0));
-    }
-    s.wl->end_iteration(it);
-    if (last) s.roots->out = h;  // read back by checksum(), after the sync
-    else drop_input();
-  } catch (const gcp::out_of_memory& e) {
-    ++s.r.ooms;
-    if (s.r.first_oom.empty()) s.r.first_oom = e.what();
-    s.arr->died(t);
-    s.arr->died(y);
-    drop_input();
-  }
-}
-
-// The sum of the last output's first column (a sanity check), read after the
-// iteration's sync so that the host time does not include the device's.
-void checksum(loop_state& s) {
-  if (!s.roots->out) return;
-  std::vector<float> col(static_cast<std::size_t>(s.o.d));
-  s.comp->download(col.data(), ptr(s.roots->out), col.size() * sizeof(float));
-  s.r.checksum = 0;
-  for (float v : col) s.r.checksum += v;
-  s.arr->died(s.roots->out);
-  s.roots->out = nullptr;
 }
 
 // The end of an iteration: the iteration hint, then the policy's sync hint
-// (or, with --hint-order after, a plain wait, then the hint). The hint runs
-// under a device probe, so that a collection it runs while the device is
-// still busy with this iteration's work is measured as hidden (Note [Exposed
-// GC time], core/src/policy.cpp).
+// for every replica's stream (or, with --hint-order after, a plain wait for
+// each, then the hint). The hint runs under a device probe, so that a
+// collection it runs while the device is still busy with this iteration's
+// work is measured as hidden (Note [Exposed GC time], core/src/policy.cpp).
+// With several replicas the probe watches replica 0's stream, whose work
+// was queued first and so ends first: hidden stays a lower bound (and
+// exposed an upper bound) whatever the other devices still have queued.
 void end_iteration(loop_state& s) {
   gcp::gc_policy& p = s.dh->policy();
   if (s.o.hint_before_sync) {
     {
-      gcp::gc_policy::device_probe probe(p, s.stream());
+      gcp::gc_policy::device_probe probe(p, s.reps[0]->comp->stream(), &s.dh->allocator(0));
       s.dh->iteration();
     }
-    s.dh->synchronize(s.stream());
+    for (auto& rp : s.reps) s.dh->synchronize(rp->comp->stream(), rp->device);
   } else {
-    s.comp->wait();
+    for (auto& rp : s.reps) rp->comp->wait();
     s.dh->iteration();
   }
 }
 
-// The iteration's cumulative sample and its progress line.
+// The iteration's cumulative sample (device bytes summed over the devices)
+// and its progress line.
 void record_sample(loop_state& s, int it) {
   gcp::collection_stats cs;
   s.dh->policy().fill_stats(cs);
   const gcp::collection_stats& b = s.base;
-  const iteration_sample x{it + 1,
-                           s.alloc().live_bytes(),
-                           s.alloc().reserved_bytes(),
-                           total(cs) - total(b),
-                           cs.gc_seconds - b.gc_seconds,
-                           policy_blocking(cs) - policy_blocking(b),
-                           cs.runtime_full_collections - b.runtime_full_collections,
-                           cs.exposed_gc_seconds - b.exposed_gc_seconds,
-                           cs.hidden_gc_seconds - b.hidden_gc_seconds};
+  iteration_sample x{it + 1,
+                     0,
+                     0,
+                     total(cs) - total(b),
+                     cs.gc_seconds - b.gc_seconds,
+                     policy_blocking(cs) - policy_blocking(b),
+                     cs.runtime_full_collections - b.runtime_full_collections,
+                     cs.exposed_gc_seconds - b.exposed_gc_seconds,
+                     cs.hidden_gc_seconds - b.hidden_gc_seconds};
+  for (std::size_t k = 0; k < s.dh->device_count(); ++k) {
+    x.live += s.dh->allocator(k).live_bytes();
+    x.reserved += s.dh->allocator(k).reserved_bytes();
+  }
   s.r.samples.push_back(x);
   if (!s.progress) return;
   const std::uint64_t minors = kind(cs, gcp::gc_kind::minor) - kind(b, gcp::gc_kind::minor);
@@ -382,12 +301,12 @@ void iterate(loop_state& s) {
   for (int it = 0; it < s.o.iters; ++it) {
     const auto t_iter = clock_type::now();
     const bool out_of_time = s.o.max_seconds > 0 && since(s.t_start) >= s.o.max_seconds;
-    forward_pass(s, it, it == s.o.iters - 1 || out_of_time);
+    for (auto& rp : s.reps) forward_pass(*rp, s.o, it, it == s.o.iters - 1 || out_of_time, s.r);
     const auto t_host = clock_type::now();
     s.host_seconds += std::chrono::duration<double>(t_host - t_iter).count();
     end_iteration(s);
     s.r.sync_seconds += since(t_host);
-    checksum(s);
+    for (auto& rp : s.reps) checksum(*rp, s.o.d);
     record_sample(s, it);
     s.r.max_iteration_seconds = std::max(s.r.max_iteration_seconds, since(t_iter));
     ++s.r.iterations;
@@ -398,6 +317,7 @@ void iterate(loop_state& s) {
   }
   s.r.wall_seconds = since(s.t_start);
   s.r.cpu_seconds = process_cpu_seconds() - cpu_start;
+  s.r.checksum = s.reps[0]->checksum;
 }
 
 // Blocking whole-heap collections of any origin after the first 10% of the
@@ -413,16 +333,50 @@ void steady_counts(result& r) {
   r.collections_full_steady = r.collections_full_steady_any;
 }
 
+// Each device's figures; the top-level byte figures from them (peaks: the
+// most-pressed device; the rest: totals, see forward.hpp).
+void collect_devices(loop_state& s) {
+  result& r = s.r;
+  r.devices.clear();
+  r.peak_live_bytes = r.peak_reserved_bytes = r.final_live_bytes = r.final_reserved_bytes = 0;
+  r.allocations = r.ladder_full_collections = 0;
+  std::string status;
+  for (auto& rp : s.reps) {
+    const gcp::allocator_stats st = s.dh->stats(rp->device);
+    device_result d;
+    d.device = st.device;
+    d.peak_live_bytes = static_cast<std::size_t>(st.requested.peak);
+    d.peak_reserved_bytes = static_cast<std::size_t>(st.reserved.peak);
+    d.final_live_bytes = static_cast<std::size_t>(st.requested.current);
+    d.reclaimed_bytes = st.gc.reclaimed_bytes - rp->base.reclaimed_bytes;
+    d.finalized = st.gc.finalized - rp->base.finalized;
+    d.allocations = st.allocations - rp->allocs0;
+    d.ooms = rp->ooms;
+    d.hard_limit = s.dh->allocator(rp->device).hard_limit();
+    d.soft_limit = s.dh->allocator(rp->device).soft_limit();
+    d.device_total = s.dh->allocator(rp->device).device_memory().total;
+    r.peak_live_bytes = std::max(r.peak_live_bytes, d.peak_live_bytes);
+    r.peak_reserved_bytes = std::max(r.peak_reserved_bytes, d.peak_reserved_bytes);
+    r.final_live_bytes += d.final_live_bytes;
+    r.final_reserved_bytes += static_cast<std::size_t>(st.reserved.current);
+    r.allocations += d.allocations;
+    r.ladder_full_collections += st.ladder[static_cast<int>(gcp::ladder_step::full_collection)];
+    if (!status.empty()) status += '\n';
+    status += gcp::to_text(st);
+    r.devices.push_back(d);
+  }
+  r.pool_status = status;
+  std::uint64_t bytes = 0;
+  for (auto& rp : s.reps) bytes += rp->arr->bytes_allocated();
+  r.bytes_per_iteration = r.iterations ? static_cast<std::size_t>(bytes / r.iterations) : 0;
+}
+
 void collect_results(loop_state& s) {
   result& r = s.r;
-  const auto st = s.alloc().stats();
-  const auto& g = st.gc;
+  collect_devices(s);
+  gcp::collection_stats g;  // the policy's own view: shared counts, finalized over every device
+  s.dh->policy().fill_stats(g);
   const auto& b = s.base;
-  r.peak_live_bytes = static_cast<std::size_t>(st.requested.peak);
-  r.peak_reserved_bytes = static_cast<std::size_t>(st.reserved.peak);
-  r.final_live_bytes = static_cast<std::size_t>(st.requested.current);
-  r.final_reserved_bytes = static_cast<std::size_t>(st.reserved.current);
-  r.bytes_per_iteration = r.iterations ? static_cast<std::size_t>(s.arr->bytes_allocated() / r.iterations) : 0;
   r.collections_minor = kind(g, gcp::gc_kind::minor) - kind(b, gcp::gc_kind::minor);
   r.collections_incremental_full = kind(g, gcp::gc_kind::incremental_full) - kind(b, gcp::gc_kind::incremental_full);
   r.collections_blocking_full = kind(g, gcp::gc_kind::blocking_full) - kind(b, gcp::gc_kind::blocking_full);
@@ -431,14 +385,12 @@ void collect_results(loop_state& s) {
   steady_counts(r);
   for (int i = 0; i < 5 && i < gcp::gc_reason_count; ++i) r.collections_by_reason[i] = g.by_reason[i] - b.by_reason[i];
   r.incremental_slices = g.incremental_slices - b.incremental_slices;
-  r.ladder_full_collections = st.ladder[static_cast<int>(gcp::ladder_step::full_collection)];
   r.max_pause_seconds = g.longest_pause_seconds;
   r.gc_seconds = g.gc_seconds - b.gc_seconds;
   r.exposed_gc_seconds = g.exposed_gc_seconds - b.exposed_gc_seconds;
   r.hidden_gc_seconds = g.hidden_gc_seconds - b.hidden_gc_seconds;
   r.gc_seconds_all = g.gc_seconds_all - b.gc_seconds_all;
   r.finalized = g.finalized - b.finalized;
-  r.allocations = st.allocations - s.allocs0;
   r.time_per_iter = r.iterations ? r.wall_seconds / r.iterations : 0;
   r.gc_fraction = r.wall_seconds > 0 ? r.gc_seconds / r.wall_seconds : 0;
   r.exposed_gc_fraction = r.wall_seconds > 0 ? r.exposed_gc_seconds / r.wall_seconds : 0;
@@ -452,43 +404,34 @@ void collect_results(loop_state& s) {
   r.runtime_seconds_exact = g.runtime_seconds_exact;
   r.collector_collections = g.collector_collections - b.collector_collections;
   r.runtime_heap_bytes = GC_get_heap_size();
-  r.pool_status = gcp::to_text(st);
 }
 
 // Outside the measurement. The oracle frees what it still holds; otherwise
 // the roots go and two full collections finalize what is left, so that the
 // heap shuts down empty.
 void teardown(loop_state& s) {
-  s.wl->release();
-  if (s.arr->oracle()) {
-    s.arr->died(s.roots->x);
-    for (int i = 0; i < 2 * s.o.layers; ++i) s.arr->died(s.roots->items[i]);
-  }
-  GC_FREE(s.roots);
-  s.roots = nullptr;
-  s.comp->wait();
+  for (auto& rp : s.reps) release(*rp, s.o.layers);
+  for (auto& c : s.comps) c->wait();
   scrub_stack();
-  gcp::device_allocator& a = s.alloc();
-  for (int i = 0; i < 2 && a.live_bytes() > 0; ++i) {
-    const std::size_t before = a.live_bytes();
+  for (int i = 0; i < 2 && live_bytes(*s.dh) > 0; ++i) {
+    const std::size_t before = live_bytes(*s.dh);
     s.dh->collect(gcp::gc_kind::blocking_full);
-    settle_finalizers(a);
-    if (a.live_bytes() == before) break;  // what is left is retained, not garbage
+    settle_finalizers(*s.dh);
+    if (live_bytes(*s.dh) == before) break;  // what is left is retained, not garbage
   }
-  s.r.live_at_exit_bytes = a.live_bytes();
-  // The pool's segments go back upstream by frees ordered on the compute's
-  // stream: let them run before the device heap (and its resource) goes.
-  a.trim();
-  s.comp->wait();
-  s.wl.reset();
-  s.arr.reset();
+  s.r.live_at_exit_bytes = live_bytes(*s.dh);
+  // The pools' segments go back upstream by frees ordered on the computes'
+  // streams: let them run before the device heap (and its resources) goes.
+  for (std::size_t k = 0; k < s.dh->device_count(); ++k) s.dh->allocator(k).trim();
+  for (auto& c : s.comps) c->wait();
+  s.reps.clear();
   // Conservatively retained handles (a stale stack word): their blocks go
-  // with the allocator; said once in live_at_exit_bytes, not as misuse lines.
+  // with the allocators; said once in live_at_exit_bytes, not as misuse lines.
   const bool quiet = s.r.live_at_exit_bytes > 0;
   gcp::misuse_handler old = quiet ? gcp::set_misuse_handler([](const char*) {}) : nullptr;
   s.dh.reset();
   if (quiet) gcp::set_misuse_handler(old);
-  s.comp.reset();
+  s.comps.clear();
 }
 
 }  // namespace
@@ -498,6 +441,7 @@ void teardown(loop_state& s) {
 result run(const options& o, host_heap* heap, std::FILE* progress) {
   boehm::init();
   if (!gcp::is_policy_name(o.policy)) GCPRESSURE_FAIL("forward_loop: unknown policy '" + o.policy + "'");
+  if (o.devices < 1) GCPRESSURE_FAIL("forward_loop: devices must be at least 1, not " + std::to_string(o.devices));
   std::unique_ptr<host_heap> own_heap;
   if (!heap && o.host_heap_mib > 0) {
     own_heap = std::make_unique<host_heap>(o.host_heap_mib);
@@ -509,10 +453,15 @@ result run(const options& o, host_heap* heap, std::FILE* progress) {
 
   loop_state s(o, o.quiet ? nullptr : progress);
   configure(s, heap);
-  init_model(s);
-  s.alloc().reset_peaks();
+  for (auto& rp : s.reps)
+    s.r.model_bytes += init_model(*rp, o, s.dh->allocator(rp->device).hard_limit());
+  for (auto& rp : s.reps) {
+    gcp::device_allocator& a = s.dh->allocator(rp->device);
+    a.reset_peaks();
+    rp->allocs0 = a.allocation_count();
+  }
   s.dh->policy().fill_stats(s.base);
-  s.allocs0 = s.alloc().allocation_count();
+  for (auto& rp : s.reps) s.dh->policy().fill_stats_for(s.dh->allocator(rp->device), rp->base);
   s.r.samples.reserve(static_cast<std::size_t>(o.iters));
   iterate(s);
   collect_results(s);

@@ -15,7 +15,23 @@ process, and the accounting identities every run must satisfy:
   peak_live_bytes >= 0.5 x hard_limit under explicit_free/burst once a
       burst ran (the burst step really holds half the hard limit at once)
 
-Usage: matrix_check.py FORWARD_LOOP HEAP_MIB [extra forward_loop flags...]
+With --devices N (N > 1; issue 14) the same runs use N replicas of the model
+on N simulated devices under one policy, with fewer iterations
+(DEVICE_FLAGS), and each run must also satisfy, besides the identities above:
+
+  ooms == 0 for every policy, on every device
+  every device's peak_live_bytes and peak_reserved_bytes <= its hard_limit
+  device_count == N, one "devices" entry per device, ordinals 0..N-1
+  peak_*_bytes == the maximum over the devices; allocations, finalized and
+      ooms == the totals over the devices (Note [Figures over several devices])
+  reclaimed_bytes > 0 on every device under pressure once each replica has
+      allocated more than its device's hard limit (always, unless a slow
+      build was stopped early by --max-seconds; one collector frees every
+      device's garbage)
+  under explicit_free, but for promote: every device's final_live_bytes is
+      its replica's model (model_bytes / N)
+
+Usage: matrix_check.py FORWARD_LOOP HEAP_MIB [--devices N] [extra forward_loop flags...]
 Exit 0 when every identity holds for every run, 1 otherwise (each failure
 named), 2 when forward_loop itself failed. Python 3 standard library only.
 """
@@ -30,6 +46,13 @@ import sys
 BURST_EVERY = 20
 FLAGS = ["--backend", "host", "--policy", "all", "--workload", "all", "--iters", "200", "--burst-every", str(BURST_EVERY),
          "--hard-limit", "64MiB", "--max-seconds", "6", "--json", "--quiet"]
+# With --devices N: N replicas, so each iteration costs N times as much on the
+# host backend; 40 iterations (two bursts) and 3 s per run keep the matrix
+# short on a loaded machine. An 8 MiB hard limit is passed through in 40
+# iterations (256 KiB per device per iteration), and no small host garbage
+# means the runtime's own collections do not free the device garbage first:
+# the policy must collect, so each device's reclaimed bytes show it.
+DEVICE_FLAGS = ["--iters", "40", "--max-seconds", "3", "--hard-limit", "8MiB", "--host-allocs", "0"]
 EPS = 1e-6
 
 
@@ -59,11 +82,62 @@ def check(run):
     return bad
 
 
+def check_devices(run, n):
+    """What one run over n devices breaks, as messages."""
+    devs = run.get("devices", [])
+    if run.get("device_count") != n or len(devs) != n:
+        return ["device_count %s and %d device entries, expected %d" % (run.get("device_count"), len(devs), n)]
+    bad = []
+    if [d["device"] for d in devs] != list(range(n)):
+        bad.append("device ordinals %s, expected 0..%d" % ([d["device"] for d in devs], n - 1))
+    if run["ooms"] != 0:
+        bad.append("%d OOM(s): %s" % (run["ooms"], run["first_oom"]))
+    for key, combine in (("peak_live_bytes", max), ("peak_reserved_bytes", max), ("allocations", sum),
+                         ("finalized", sum), ("ooms", sum)):
+        if run[key] != combine(d[key] for d in devs):
+            bad.append("%s %d is not the %s over the devices %s" % (
+                key, run[key], combine.__name__, [d[key] for d in devs]))
+    # Each replica allocates the same: once that is more than a device's hard
+    # limit, the policy must have collected and so reclaimed on every device.
+    allocated = run["bytes_per_iteration"] * run["iterations"] // n
+    for d in devs:
+        where = "device %d: " % d["device"]
+        if d["ooms"] != 0:
+            bad.append(where + "%d OOM(s)" % d["ooms"])
+        for key in ("peak_live_bytes", "peak_reserved_bytes"):
+            if d[key] > d["hard_limit"]:
+                bad.append(where + "%s %d > hard limit %d" % (key, d[key], d["hard_limit"]))
+        if run["policy"] == "pressure" and allocated > d["hard_limit"] and d["reclaimed_bytes"] <= 0:
+            bad.append(where + "pressure reclaimed nothing here, though %d bytes went through a %d-byte limit" % (
+                allocated, d["hard_limit"]))
+        if run["policy"] == "explicit_free" and run["workload"] != "promote" and \
+                d["final_live_bytes"] * n != run["model_bytes"]:
+            bad.append(where + "the oracle left %d live bytes, its replica's model is %d" % (
+                d["final_live_bytes"], run["model_bytes"] // n))
+    return bad
+
+
+def device_count(extra):
+    """Takes --devices N (or --devices=N) out of extra: N, or 1 when absent."""
+    for i, a in enumerate(extra):
+        if a == "--devices" and i + 1 < len(extra):
+            n = extra[i + 1]
+            del extra[i:i + 2]
+            return int(n)
+        if a.startswith("--devices="):
+            del extra[i]
+            return int(a.split("=", 1)[1])
+    return 1
+
+
 def main(argv):
     if len(argv) < 3:
         print(__doc__, file=sys.stderr)
         return 2
-    cmd = [argv[1]] + FLAGS + ["--host-heap-mib", argv[2]] + argv[3:]
+    extra = argv[3:]
+    n = device_count(extra)
+    flags = FLAGS + (DEVICE_FLAGS + ["--devices", str(n)] if n > 1 else [])
+    cmd = [argv[1]] + flags + ["--host-heap-mib", argv[2]] + extra
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     runs = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0:
@@ -77,7 +151,7 @@ def main(argv):
             run["policy"], run["workload"], run["iterations"], run["collections_minor"], run["collections_full"],
             run["collections_runtime"], run["collector_collections"], run["exposed_gc_seconds"],
             run["gc_seconds_all"], run["peak_reserved_bytes"] / 2**20, run["ooms"]))
-        for msg in check(run):
+        for msg in check(run) + (check_devices(run, n) if n > 1 else []):
             failures += 1
             print("  FAIL %s/%s: %s" % (run["policy"], run["workload"], msg))
     expected = 6 * 4

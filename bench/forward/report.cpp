@@ -74,6 +74,22 @@ std::string bounds(const result& r) {
   return j.done();
 }
 
+// One object per device (Note [Figures over several devices], forward.hpp).
+std::string devices(const result& r) {
+  std::string out = "[";
+  for (const device_result& d : r.devices) {
+    json_line j;
+    j.u("device", static_cast<std::uint64_t>(d.device));
+    j.u("peak_live_bytes", d.peak_live_bytes).u("peak_reserved_bytes", d.peak_reserved_bytes);
+    j.u("final_live_bytes", d.final_live_bytes).u("reclaimed_bytes", d.reclaimed_bytes);
+    j.u("finalized", d.finalized).u("allocations", d.allocations).u("ooms", d.ooms);
+    j.u("hard_limit", d.hard_limit).u("soft_limit", d.soft_limit).u("device_total", d.device_total);
+    if (out.size() > 1) out += ',';
+    out += j.done();
+  }
+  return out + "]";
+}
+
 const char* const exact_keys =
     "[\"collections_minor\",\"collections_full\",\"collections_incremental_full\",\"collections_blocking_full\","
     "\"blocking_cycles\",\"collections_runtime\",\"runtime_full_collections\",\"collector_collections\","
@@ -119,6 +135,7 @@ std::string to_json(const result& r) {
   j.u("hard_limit", r.hard_limit).u("soft_limit", r.soft_limit).u("device_total", r.device_total);
   j.d("gc_budget", r.gc_budget).u("live_at_exit_bytes", r.live_at_exit_bytes).d("checksum", r.checksum);
   j.key("first_oom").raw(r.first_oom.empty() ? std::string("null") : gcp::json_quote(r.first_oom));
+  j.u("device_count", static_cast<std::uint64_t>(r.device_count)).key("devices").raw(devices(r));
   j.key("exact").raw(exact_keys);
   j.key("bounds").raw(bounds(r));
   return j.done();
@@ -140,7 +157,8 @@ std::string summary_table(const result& r) {
   row("policy / workload / backend", r.policy + " / " + r.workload + " / " + r.backend);
   row("model", n(r.layers) + " layers, d=" + n(r.d) + ", batch=" + n(r.batch) + " (" +
                    gcp::format_bytes(r.model_bytes) + " kept alive, " + gcp::format_bytes(r.bytes_per_iteration) +
-                   " allocated per iteration)");
+                   " allocated per iteration" +
+                   (r.device_count > 1 ? ", over " + n(static_cast<std::uint64_t>(r.device_count)) + " devices)" : ")"));
   row("host heap", n(r.host_heap_mib) + " MiB live (" + gcp::format_bytes(r.host_heap_bytes) + "), " +
                        n(r.host_allocs) + " small allocations per iteration");
   row("limits", "hard " + gcp::format_bytes(r.hard_limit) + ", soft " + gcp::format_bytes(r.soft_limit) +
@@ -166,6 +184,16 @@ std::string summary_table(const result& r) {
   row("longest pause / iteration", f("%.3f ms", r.max_pause_seconds * 1e3) + f(" / %.3f ms", r.max_iteration_seconds * 1e3));
   row("finalized handles", n(r.finalized));
   row("OOMs", n(r.ooms));
+  if (r.devices.size() > 1) {
+    os << "  devices (top-level peaks: the most-pressed device; other figures: totals)\n";
+    for (const device_result& d : r.devices)
+      row(("device " + n(static_cast<std::uint64_t>(d.device))).c_str(),
+          "peak live / reserved " + gcp::format_bytes(d.peak_live_bytes) + " / " +
+              gcp::format_bytes(d.peak_reserved_bytes) + ", final live " + gcp::format_bytes(d.final_live_bytes) +
+              ", reclaimed " + gcp::format_bytes(d.reclaimed_bytes) + ", finalized " + n(d.finalized) + ", " +
+              n(d.allocations) + " allocations, " + n(d.ooms) + " OOMs (hard " + gcp::format_bytes(d.hard_limit) +
+              ", soft " + gcp::format_bytes(d.soft_limit) + ")");
+  }
   return os.str();
 }
 

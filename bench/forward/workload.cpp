@@ -50,7 +50,7 @@ namespace fwd::detail {
 // difference (bench/RESULTS.md has both).
 darray* arrays::make(int rows, int cols) {
   const std::size_t bytes = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols) * sizeof(float);
-  boehm::buffer* b = heap_.alloc(bytes, stream_);
+  boehm::buffer* b = heap_.alloc(bytes, stream_, device_);
   auto* a = static_cast<darray*>(global_ ? boehm::alloc_array_object(sizeof(darray)) : GC_MALLOC(sizeof(darray)));
   if (!a) {
     if (oracle_) heap_.unsafe_free(b);
