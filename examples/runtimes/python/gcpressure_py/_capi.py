@@ -102,6 +102,7 @@ class Options(Structure):
         ("every_n", c_int),
         ("read_env", c_int),
         ("collector", c_int),
+        ("devices", c_char_p),  # API version 3: "0,1" (None: GCPRESSURE_DEVICES, else device)
     ]
 
 
