@@ -186,6 +186,7 @@ struct loop_state {
   model_roots* roots = nullptr;
   gcp::collection_stats base;  // at the loop's start: collections during set-up are not the loop's
   std::uint64_t allocs0 = 0;
+  std::uint64_t headroom_changes0 = 0, headroom_seen = 0;  // the allocator's count at the start, last seen
   double host_seconds = 0;
   clock_type::time_point t_start;
 
@@ -205,6 +206,7 @@ void configure(loop_state& s, const host_heap* heap) {
   ao.backend = !s.cuda ? gcp::backend_kind::host
                        : (o.backend == "cuda" ? gcp::backend_kind::cuda : gcp::backend_kind::cuda_async);
   if (o.host_capacity) ao.host_capacity = o.host_capacity;
+  ao.host_shared = o.host_shared;
   ao.hard_limit = o.hard_limit.is_set() ? o.hard_limit : default_hard_limit(s.cuda);
   ao.soft_limit = o.soft_limit;
   gcp::policy_options po;
@@ -363,6 +365,10 @@ void record_sample(loop_state& s, int it) {
                            cs.exposed_gc_seconds - b.exposed_gc_seconds,
                            cs.hidden_gc_seconds - b.hidden_gc_seconds};
   s.r.samples.push_back(x);
+  if (const std::uint64_t changes = s.alloc().headroom_changes(); changes != s.headroom_seen) {
+    s.headroom_seen = changes;
+    if (s.r.headroom_change_iterations.size() < 64) s.r.headroom_change_iterations.push_back(x.iteration);
+  }
   if (!s.progress) return;
   const std::uint64_t minors = kind(cs, gcp::gc_kind::minor) - kind(b, gcp::gc_kind::minor);
   std::fprintf(s.progress,
@@ -452,6 +458,8 @@ void collect_results(loop_state& s) {
   r.runtime_seconds_exact = g.runtime_seconds_exact;
   r.collector_collections = g.collector_collections - b.collector_collections;
   r.runtime_heap_bytes = GC_get_heap_size();
+  r.headroom_changes = st.headroom_changes - s.headroom_changes0;
+  r.available_bytes_min = st.available_bytes_min;
   r.pool_status = gcp::to_text(st);
 }
 
@@ -513,6 +521,7 @@ result run(const options& o, host_heap* heap, std::FILE* progress) {
   s.alloc().reset_peaks();
   s.dh->policy().fill_stats(s.base);
   s.allocs0 = s.alloc().allocation_count();
+  s.headroom_changes0 = s.headroom_seen = s.alloc().headroom_changes();
   s.r.samples.reserve(static_cast<std::size_t>(o.iters));
   iterate(s);
   collect_results(s);

@@ -118,6 +118,15 @@ std::string to_json(const result& r) {
   j.u("bytes_per_iteration", r.bytes_per_iteration).u("model_bytes", r.model_bytes);
   j.u("hard_limit", r.hard_limit).u("soft_limit", r.soft_limit).u("device_total", r.device_total);
   j.d("gc_budget", r.gc_budget).u("live_at_exit_bytes", r.live_at_exit_bytes).d("checksum", r.checksum);
+  j.u("headroom_changes", r.headroom_changes).u("available_bytes_min", r.available_bytes_min);
+  {
+    std::string its = "[";
+    for (const int it : r.headroom_change_iterations) {
+      if (its.size() > 1) its += ',';
+      its += std::to_string(it);
+    }
+    j.key("headroom_change_iterations").raw(its + "]");
+  }
   j.key("first_oom").raw(r.first_oom.empty() ? std::string("null") : gcp::json_quote(r.first_oom));
   j.key("exact").raw(exact_keys);
   j.key("bounds").raw(bounds(r));
@@ -166,6 +175,10 @@ std::string summary_table(const result& r) {
   row("longest pause / iteration", f("%.3f ms", r.max_pause_seconds * 1e3) + f(" / %.3f ms", r.max_iteration_seconds * 1e3));
   row("finalized handles", n(r.finalized));
   row("OOMs", n(r.ooms));
+  if (!r.headroom_change_iterations.empty())
+    row("headroom changes (others)", n(r.headroom_changes) + ", first after iteration " +
+                                         n(static_cast<std::uint64_t>(r.headroom_change_iterations.front())) +
+                                         "; least available " + gcp::format_bytes(r.available_bytes_min));
   return os.str();
 }
 
