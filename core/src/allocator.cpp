@@ -162,14 +162,13 @@ void device_allocator::resolve_limits(std::size_t available) {
   else if (hard_follows_) soft_limit_.store(soft_from_hard_ ? hard / 4 * 3 : std::min(soft_base_, hard), std::memory_order_relaxed);
 }
 
-std::size_t device_allocator::refresh_limits() {
+device_memory_info device_allocator::refresh_limits() {
   const device_memory_info m = upstream_->memory_info();
-  std::size_t avail;
   {
     std::lock_guard<std::mutex> lk(limits_mu_);
     // Our own reserved bytes are available to us (read after the device: an
     // allocation in between makes it a slight overestimate).
-    avail = std::min(m.total, m.free + reserved_bytes());
+    const std::size_t avail = std::min(m.total, m.free + reserved_bytes());
     resolve_limits(avail);
     available_.store(avail, std::memory_order_relaxed);
     if (avail < available_min_.load(std::memory_order_relaxed)) available_min_.store(avail, std::memory_order_relaxed);
@@ -188,7 +187,7 @@ std::size_t device_allocator::refresh_limits() {
   // Over a limit that shrank: the pool's idle segments go back at once, so
   // that a tenant waiting for memory gets it (outside every lock).
   if (reserved_bytes() > hard_limit()) release_cached();
-  return avail;
+  return m;
 }
 
 bool device_allocator::limit_grew_on_refresh() noexcept {

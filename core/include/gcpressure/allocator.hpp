@@ -119,12 +119,14 @@ class device_allocator {
 
   // Note [Limits of available memory] (config.hpp): reads the device's free
   // memory once (cudaMemGetInfo on CUDA), records the available bytes (free
-  // + this allocator's reserved bytes) and re-resolves the limits given as
-  // "%avail". Returns the available bytes. Thread-safe; not finalizer-safe
+  // + this allocator's reserved bytes: available_bytes()) and re-resolves the
+  // limits given as "%avail". Returns the device memory it read (a caller
+  // that also wants the free memory needs no second driver call). Throws
+  // what memory_info() throws. Thread-safe; not finalizer-safe
   // (a driver call and a lock). Call it at a bounded rate: the pressure
   // policy does with its device refresh; allocate() does at most every 0.1 s
   // when a limit follows available memory, and once after a failure.
-  std::size_t refresh_limits();
+  device_memory_info refresh_limits();
   // Finalizer-safe: the available bytes last seen (0 before any refresh).
   std::size_t available_bytes() const noexcept { return available_.load(std::memory_order_relaxed); }
   // Finalizer-safe: refreshes that saw a headroom change (allocator_stats).
