@@ -457,7 +457,36 @@ TEST(TenantsPolicy, ADropInAvailableMemoryShrinksTheBudgetBeforeAFailure) {
   EXPECT_GT(young_before, 12 * MiB) << "the test needs a young budget above what the other tenant leaves";
   EXPECT_LE(young_after, 11 * MiB) << "the budget did not shrink to 90% of the memory left";
   EXPECT_GT(s.gc.by_kind[0] + s.gc.by_kind[1], s0.gc.by_kind[0] + s0.gc.by_kind[1]);
+  EXPECT_LT(s.hard_limit, s0.hard_limit / 4) << "90%avail follows the memory left";
+  EXPECT_LT(s.soft_limit, s0.soft_limit / 4);
+  EXPECT_GE(s.headroom_changes, 1u);
   policy.reset();
   gc.release_all();
   other.deallocate(hog, free_now - 12 * MiB);
+}
+
+// The policy's bounded device refresh is what re-resolves the allocator's
+// limits and records the headroom change when nothing else does: fixed
+// limits (the allocator does not refresh by itself) and no failure.
+TEST(TenantsPolicy, ThePolicysRefreshRecordsTheHeadroomChange) {
+  gcp_test::fake_clock clock;
+  temp_file f;
+  gcp::allocator_options ao = two_tenants::with_file(gcp::allocator_options{}, f.path);
+  gcp::device_allocator alloc(ao);
+  gcp::host_resource other(100 * MiB, f.path);
+  gcp_test::fake_collector gc;
+  gc.bind(alloc);
+  gcp::policy_options po;
+  po.clock = &clock;
+  auto policy = gcp::make_policy("pressure", alloc, gc, po);
+  EXPECT_FALSE(alloc.limits_follow_available());
+  void* hog = other.allocate(60 * MiB);
+  EXPECT_EQ(alloc.headroom_changes(), 0u) << "nothing refreshed yet";
+  clock.advance(0.2);
+  void* p = alloc.allocate(MiB);
+  EXPECT_EQ(alloc.headroom_changes(), 1u);
+  EXPECT_EQ(alloc.available_bytes(), 40 * MiB) << "what the other tenant left (+ our own bytes)";
+  alloc.free(p, MiB);
+  policy.reset();
+  other.deallocate(hog, 60 * MiB);
 }
