@@ -203,6 +203,11 @@ TEST(SharedCapacity, ChosenByTheEnvironment) {
   void* p = other.allocate(16 * MiB);
   EXPECT_EQ(a.device_memory().free, 48 * MiB);
   other.deallocate(p, 16 * MiB);
+  auto ao1 = ao;
+  ao1.device = 1;
+  gcp::device_allocator a1(ao1);
+  EXPECT_EQ(a1.device_memory().free, 64 * MiB) << "device 1 is another simulated device (its own file)";
+  ::unlink((f.path + ".1").c_str());
   gcp::options o;
   o.host_shared = "";
   EXPECT_EQ(gcp::apply_options(o, c).host_shared, "") << "a program's explicit option wins";

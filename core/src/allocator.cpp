@@ -62,7 +62,12 @@ struct hook_scope {
 
 std::unique_ptr<device_resource> make_resource(const allocator_options& o) {
   switch (o.backend) {
-    case backend_kind::host: return std::make_unique<host_resource>(o.host_capacity, o.host_shared);
+    case backend_kind::host: {
+      // One shared simulated device per device number, as each GPU's memory is its own.
+      const std::string shared =
+          o.host_shared.empty() || o.device == 0 ? o.host_shared : o.host_shared + "." + std::to_string(o.device);
+      return std::make_unique<host_resource>(o.host_capacity, shared);
+    }
     case backend_kind::cuda: return std::make_unique<cuda_resource>(o.device);
     case backend_kind::cuda_async: return std::make_unique<cuda_async_resource>(o.device, o.async_release_threshold);
   }

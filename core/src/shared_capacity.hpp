@@ -30,7 +30,10 @@ struct shared_layout;
 // user is gone (or from before a reboot) is reset by the next open. The first
 // opener sets the capacity; one that asks for another fails with an error
 // naming both (remove the file to start over). A file that is not ours is
-// never modified: opening it fails.
+// never modified: opening it fails. A resource is not for use across fork()
+// (the child would draw on the parent's slot; open a new one in the child).
+// With several host devices (GCPRESSURE_DEVICES), device d > 0 shares the
+// file "<path>.<d>": each simulated device has its own capacity.
 class shared_capacity {
  public:
   // Opens (creating if needed) the file at `path` and claims a slot. Throws

@@ -53,6 +53,7 @@ struct allocator_options {
   std::size_t host_capacity = std::size_t{16} << 30;
   // Host backend: a file whose capacity this process shares with others
   // (GCPRESSURE_HOST_SHARED; Note [Shared simulated capacity]); "" = private.
+  // Device 0 uses the file itself, device d > 0 the file "<host_shared>.<d>".
   std::string host_shared;
   // Either limit may be a percentage of available memory ("80%avail", Note
   // [Limits of available memory]): re-resolved by refresh_limits().
