@@ -106,7 +106,9 @@ std::string usage() {
       "  --verbose         the policy's per-collection lines on stderr\n"
       "\n"
       "GCPRESSURE_* environment variables (backend, limits, policy, budget, every_n, verbose,\n"
-      "host capacity) set defaults; flags override them. A bad variable is an error of its own.\n";
+      "host capacity) set defaults; flags override them. A bad variable is an error of its own.\n"
+      "GCPRESSURE_HOST_SHARED=FILE shares the host backend's capacity with other processes, and\n"
+      "limits such as 80%avail follow the memory they leave (docs/DESIGN.md, Other tenants).\n";
 }
 
 gcp::size_spec default_hard_limit(bool cuda) {
@@ -171,6 +173,7 @@ void apply_env(options& o) {
     }
   }
   if (set("GCPRESSURE_HOST_CAPACITY")) o.host_capacity = c.host_capacity;
+  if (set("GCPRESSURE_HOST_SHARED")) o.host_shared = c.host_shared;
   if (set("GCPRESSURE_HARD_LIMIT")) o.hard_limit = c.hard_limit;
   if (set("GCPRESSURE_SOFT_LIMIT")) o.soft_limit = c.soft_limit;
   if (set("GCPRESSURE_POLICY")) o.policy = c.policy;

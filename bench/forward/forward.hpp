@@ -78,6 +78,7 @@ struct options {
   // host_capacity on the host backend, each with the same limits; one policy
   // over all of them.
   int devices = 1;
+  std::string host_shared;          // host backend: GCPRESSURE_HOST_SHARED (a capacity shared with other processes)
   double gc_budget = 0.05;
   int every_n = 1;
   bool verbose = false;             // the policy's per-collection lines on stderr
@@ -239,6 +240,12 @@ struct result {
   double cpu_seconds = 0;           // process CPU time during the loop (all threads; robust to a busy machine)
   double checksum = 0;              // sum of the last output's first column (sanity)
   std::size_t live_at_exit_bytes = 0;   // device bytes still live after teardown's collections
+  // Other tenants (Note [Limits of available memory], core config.hpp): the
+  // allocator's headroom changes during the loop, the iterations at whose end
+  // one was seen (the first 64), and the least available memory seen.
+  std::uint64_t headroom_changes = 0;
+  std::vector<int> headroom_change_iterations;
+  std::size_t available_bytes_min = 0;
   std::string first_oom;            // the first out_of_memory message ("" if none)
   std::string pool_status;          // the library's status table at the end of the loop
   std::vector<iteration_sample> samples;  // one per iteration run

@@ -125,6 +125,13 @@ namespace {
 }
 
 // Device bytes live on every device of `h`.
+// Headroom changes seen by every device's allocator (other tenants).
+std::uint64_t headroom_changes(boehm::device_heap& h) {
+  std::uint64_t n = 0;
+  for (std::size_t k = 0; k < h.device_count(); ++k) n += h.allocator(k).headroom_changes();
+  return n;
+}
+
 std::size_t live_bytes(boehm::device_heap& h) {
   std::size_t n = 0;
   for (std::size_t k = 0; k < h.device_count(); ++k) n += h.allocator(k).live_bytes();
@@ -173,6 +180,7 @@ struct loop_state {
   std::unique_ptr<boehm::device_heap> dh;
   std::vector<std::unique_ptr<replica>> reps;   // Note [Replicas]
   gcp::collection_stats base;  // at the loop's start: collections during set-up are not the loop's
+  std::uint64_t headroom_changes0 = 0, headroom_seen = 0;  // every device's count at the start, last seen
   double host_seconds = 0;
   clock_type::time_point t_start;
 
@@ -185,6 +193,7 @@ std::vector<gcp::allocator_options> device_options(const options& o, bool cuda) 
   ao.backend = !cuda ? gcp::backend_kind::host
                      : (o.backend == "cuda" ? gcp::backend_kind::cuda : gcp::backend_kind::cuda_async);
   if (o.host_capacity) ao.host_capacity = o.host_capacity;
+  ao.host_shared = o.host_shared;
   ao.hard_limit = o.hard_limit.is_set() ? o.hard_limit : default_hard_limit(cuda);
   ao.soft_limit = o.soft_limit;
   std::vector<gcp::allocator_options> v(static_cast<std::size_t>(o.devices), ao);
@@ -282,6 +291,10 @@ void record_sample(loop_state& s, int it) {
     x.reserved += s.dh->allocator(k).reserved_bytes();
   }
   s.r.samples.push_back(x);
+  if (const std::uint64_t changes = headroom_changes(*s.dh); changes != s.headroom_seen) {
+    s.headroom_seen = changes;
+    if (s.r.headroom_change_iterations.size() < 64) s.r.headroom_change_iterations.push_back(x.iteration);
+  }
   if (!s.progress) return;
   const std::uint64_t minors = kind(cs, gcp::gc_kind::minor) - kind(b, gcp::gc_kind::minor);
   std::fprintf(s.progress,
@@ -404,6 +417,10 @@ void collect_results(loop_state& s) {
   r.runtime_seconds_exact = g.runtime_seconds_exact;
   r.collector_collections = g.collector_collections - b.collector_collections;
   r.runtime_heap_bytes = GC_get_heap_size();
+  r.headroom_changes = headroom_changes(*s.dh) - s.headroom_changes0;
+  r.available_bytes_min = ~std::size_t{0};
+  for (std::size_t k = 0; k < s.dh->device_count(); ++k)
+    r.available_bytes_min = std::min<std::size_t>(r.available_bytes_min, s.dh->stats(k).available_bytes_min);
 }
 
 // Outside the measurement. The oracle frees what it still holds; otherwise
@@ -462,6 +479,7 @@ result run(const options& o, host_heap* heap, std::FILE* progress) {
   }
   s.dh->policy().fill_stats(s.base);
   for (auto& rp : s.reps) s.dh->policy().fill_stats_for(s.dh->allocator(rp->device), rp->base);
+  s.headroom_changes0 = s.headroom_seen = headroom_changes(*s.dh);
   s.r.samples.reserve(static_cast<std::size_t>(o.iters));
   iterate(s);
   collect_results(s);

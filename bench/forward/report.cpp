@@ -134,6 +134,15 @@ std::string to_json(const result& r) {
   j.u("bytes_per_iteration", r.bytes_per_iteration).u("model_bytes", r.model_bytes);
   j.u("hard_limit", r.hard_limit).u("soft_limit", r.soft_limit).u("device_total", r.device_total);
   j.d("gc_budget", r.gc_budget).u("live_at_exit_bytes", r.live_at_exit_bytes).d("checksum", r.checksum);
+  j.u("headroom_changes", r.headroom_changes).u("available_bytes_min", r.available_bytes_min);
+  {
+    std::string its = "[";
+    for (const int it : r.headroom_change_iterations) {
+      if (its.size() > 1) its += ',';
+      its += std::to_string(it);
+    }
+    j.key("headroom_change_iterations").raw(its + "]");
+  }
   j.key("first_oom").raw(r.first_oom.empty() ? std::string("null") : gcp::json_quote(r.first_oom));
   j.u("device_count", static_cast<std::uint64_t>(r.device_count)).key("devices").raw(devices(r));
   j.key("exact").raw(exact_keys);
@@ -194,6 +203,10 @@ std::string summary_table(const result& r) {
               n(d.allocations) + " allocations, " + n(d.ooms) + " OOMs (hard " + gcp::format_bytes(d.hard_limit) +
               ", soft " + gcp::format_bytes(d.soft_limit) + ")");
   }
+  if (!r.headroom_change_iterations.empty())
+    row("headroom changes (others)", n(r.headroom_changes) + ", first after iteration " +
+                                         n(static_cast<std::uint64_t>(r.headroom_change_iterations.front())) +
+                                         "; least available " + gcp::format_bytes(r.available_bytes_min));
   return os.str();
 }
 

@@ -13,6 +13,7 @@
 #include "gcpressure/allocator.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <sstream>
 #include <unordered_map>
 
@@ -61,7 +62,12 @@ struct hook_scope {
 
 std::unique_ptr<device_resource> make_resource(const allocator_options& o) {
   switch (o.backend) {
-    case backend_kind::host: return std::make_unique<host_resource>(o.host_capacity);
+    case backend_kind::host: {
+      // One shared simulated device per device number, as each GPU's memory is its own.
+      const std::string shared =
+          o.host_shared.empty() || o.device == 0 ? o.host_shared : o.host_shared + "." + std::to_string(o.device);
+      return std::make_unique<host_resource>(o.host_capacity, shared);
+    }
     case backend_kind::cuda: return std::make_unique<cuda_resource>(o.device);
     case backend_kind::cuda_async: return std::make_unique<cuda_async_resource>(o.device, o.async_release_threshold);
   }
@@ -78,6 +84,7 @@ allocator_options allocator_options::from_config(const config& c) {
   }
   o.device = c.device;
   o.host_capacity = c.host_capacity;
+  o.host_shared = c.host_shared;
   o.soft_limit = c.soft_limit;
   o.hard_limit = c.hard_limit;
   o.pool = c.pool;
@@ -104,16 +111,108 @@ device_allocator::device_allocator(device_resource& upstream, allocator_options 
 }
 
 // upstream → limiting adaptor (hard limit, resolved against the device) → pool.
+// A "%avail" limit is resolved against the free memory now (nothing is
+// reserved yet), and again by every refresh_limits().
 void device_allocator::build_stack(device_resource& upstream) {
   upstream_ = &upstream;
-  const std::size_t total = upstream_->memory_info().total;
-  const std::size_t hard = opts_.hard_limit.is_set() ? opts_.hard_limit.resolve(total) : total;
-  const std::size_t soft = opts_.soft_limit.is_set() ? opts_.soft_limit.resolve(total) : hard / 4 * 3;
-  GCPRESSURE_EXPECTS(hard > 0, "device_allocator: the hard limit resolves to 0 bytes");
+  const device_memory_info m = upstream_->memory_info();
+  const std::size_t avail = std::min(m.free, m.total);
+  const auto resolve = [&](const size_spec& l) { return l.resolve(l.of_available ? avail : m.total); };
+  const std::size_t hard = opts_.hard_limit.is_set() ? resolve(opts_.hard_limit) : m.total;
+  const std::size_t soft = opts_.soft_limit.is_set() ? resolve(opts_.soft_limit) : hard / 4 * 3;
+  GCPRESSURE_EXPECTS(hard > 0, "device_allocator: the hard limit resolves to 0 bytes (hard limit " +
+                                   opts_.hard_limit.to_string() + ", device " + format_bytes(m.free) + " free of " +
+                                   format_bytes(m.total) + ")");
   limiter_ = std::make_unique<limiting_adaptor>(*upstream_, hard);
   soft_limit_.store(std::min(soft, hard));
+  hard_follows_ = opts_.hard_limit.is_set() && opts_.hard_limit.of_available;
+  soft_follows_ = opts_.soft_limit.is_set() && opts_.soft_limit.of_available;
+  soft_from_hard_ = !opts_.soft_limit.is_set();
+  soft_base_ = soft;
+  follows_.store(hard_follows_ || soft_follows_);
+  available_.store(avail);
+  available_min_.store(avail);
+  seen_available_ = avail;
+  seen_hard_ = hard;
   if (opts_.pool) pool_ = std::make_unique<pool_resource>(*limiter_, opts_.pool_opts);
   else nopool_ = std::make_unique<nopool_table>();
+}
+
+// --- limits of available memory ----------------------------------------------
+
+void device_allocator::set_soft_limit(std::size_t bytes) noexcept {
+  std::lock_guard<std::mutex> lk(limits_mu_);
+  soft_follows_ = soft_from_hard_ = false;
+  soft_base_ = bytes;
+  follows_.store(hard_follows_, std::memory_order_relaxed);
+  soft_limit_.store(bytes, std::memory_order_relaxed);
+}
+
+void device_allocator::set_hard_limit(std::size_t bytes) noexcept {
+  std::lock_guard<std::mutex> lk(limits_mu_);
+  hard_follows_ = false;
+  follows_.store(soft_follows_, std::memory_order_relaxed);
+  limiter_->set_limit(bytes);
+}
+
+// Under limits_mu_: the "%avail" limits for `available` bytes. A soft limit
+// never exceeds a hard one that follows (as at construction).
+void device_allocator::resolve_limits(std::size_t available) {
+  std::size_t hard = hard_limit();
+  if (hard_follows_) {
+    hard = std::max<std::size_t>(opts_.hard_limit.resolve(available), 1);
+    limiter_->set_limit(hard);
+  }
+  if (soft_follows_) soft_limit_.store(std::min(opts_.soft_limit.resolve(available), hard), std::memory_order_relaxed);
+  else if (hard_follows_) soft_limit_.store(soft_from_hard_ ? hard / 4 * 3 : std::min(soft_base_, hard), std::memory_order_relaxed);
+}
+
+device_memory_info device_allocator::refresh_limits() {
+  const device_memory_info m = upstream_->memory_info();
+  {
+    std::lock_guard<std::mutex> lk(limits_mu_);
+    // Our own reserved bytes are available to us (read after the device: an
+    // allocation in between makes it a slight overestimate).
+    const std::size_t avail = std::min(m.total, m.free + reserved_bytes());
+    resolve_limits(avail);
+    available_.store(avail, std::memory_order_relaxed);
+    if (avail < available_min_.load(std::memory_order_relaxed)) available_min_.store(avail, std::memory_order_relaxed);
+    // A headroom change: 10% of movement since the last one, so a slow drift
+    // counts once it adds up and jitter never does.
+    const auto moved = [](std::size_t was, std::size_t now) {
+      const std::size_t d = was > now ? was - now : now - was;
+      return d > 0 && d >= was / 10;
+    };
+    if (moved(seen_available_, avail) || moved(seen_hard_, hard_limit())) {
+      headroom_changes_.fetch_add(1, std::memory_order_relaxed);
+      seen_available_ = avail;
+      seen_hard_ = hard_limit();
+    }
+  }
+  // Over a limit that shrank: the pool's idle segments go back at once, so
+  // that a tenant waiting for memory gets it (outside every lock).
+  if (reserved_bytes() > hard_limit()) release_cached();
+  return m;
+}
+
+bool device_allocator::limit_grew_on_refresh() noexcept {
+  try {
+    const std::size_t before = hard_limit();
+    refresh_limits();
+    return hard_limit() > before;
+  } catch (...) {
+    return false;  // no device information (a driver error): the ladder runs as before
+  }
+}
+
+// At most one refresh per k_refresh_ns among all threads.
+bool device_allocator::refresh_due() noexcept {
+  constexpr std::int64_t k_refresh_ns = 100'000'000;  // 0.1 s, the policy's device refresh rate
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch())
+                               .count();
+  std::int64_t next = next_refresh_ns_.load(std::memory_order_relaxed);
+  return now >= next && next_refresh_ns_.compare_exchange_strong(next, now + k_refresh_ns, std::memory_order_relaxed);
 }
 
 device_allocator::~device_allocator() {
@@ -159,6 +258,8 @@ void* device_allocator::allocate(std::size_t bytes, stream_ref stream) {
     ooms_.fetch_add(1, std::memory_order_relaxed);
     throw_oom(bytes, "nothing (the request is larger than any device)", "absurd size");
   }
+  // Note [Limits of available memory]: before the hook, so the policy sees them.
+  if (limits_follow_available() && refresh_due()) refresh_limits();
   allocation_hook* h = t_hook_depth == 0 ? hook() : nullptr;  // no nested collections
   if (h) {
     hook_scope scope;
@@ -170,6 +271,15 @@ void* device_allocator::allocate(std::size_t bytes, stream_ref stream) {
     return try_allocate(bytes, stream);
   } catch (const out_of_memory& e) {
     cause = e.what();
+  }
+  // Another tenant may have left (or taken) memory since the last refresh: a
+  // limit that grew is worth one more try before any reclaim step.
+  if (limit_grew_on_refresh()) {
+    try {
+      return try_allocate(bytes, stream);
+    } catch (const out_of_memory& e) {
+      cause = e.what();
+    }
   }
   // Note [Reclaim ladder]: cheapest first; retry after every step that did
   // something. Collector steps belong to the hook; without one they are no-ops.
@@ -382,6 +492,9 @@ allocator_stats device_allocator::stats() const {
   s.deferred_pending = deferred_.pending();
   s.soft_limit = soft_limit();
   s.hard_limit = hard_limit();
+  s.available_bytes = available_bytes();
+  s.available_bytes_min = available_min_.load(std::memory_order_relaxed);
+  s.headroom_changes = headroom_changes_.load(std::memory_order_relaxed);
   try {
     s.device_memory = upstream_->memory_info();
   } catch (...) {

@@ -35,8 +35,11 @@ const option_info* table() noexcept {
       {"GCPRESSURE_DEVICES", "(GCPRESSURE_DEVICE)",
        "device ordinals served by one policy, e.g. 0,1 (wins over GCPRESSURE_DEVICE)"},
       {"GCPRESSURE_HOST_CAPACITY", "16GiB", "capacity of the simulated (host) device"},
-      {"GCPRESSURE_SOFT_LIMIT", "75% of hard", "device bytes above which the policy collects eagerly"},
-      {"GCPRESSURE_HARD_LIMIT", "100%", "device bytes the library never reserves beyond"},
+      {"GCPRESSURE_HOST_SHARED", "unset", "file whose simulated (host) device capacity several processes share (POSIX)"},
+      {"GCPRESSURE_SOFT_LIMIT", "75% of hard",
+       "device bytes above which the policy collects eagerly (N%avail: of available memory)"},
+      {"GCPRESSURE_HARD_LIMIT", "100%",
+       "device bytes the library never reserves beyond (N%avail: of free + own reserved, re-resolved)"},
       {"GCPRESSURE_POOL", "1", "cache freed blocks in the library's pool"},
       {"GCPRESSURE_ASYNC_RELEASE_THRESHOLD", "0", "bytes the cudaMallocAsync pool keeps across syncs"},
       {"GCPRESSURE_POLICY", "pressure", policies->c_str()},
@@ -107,6 +110,7 @@ double check_budget(std::string_view what, double x, std::string_view text) {
 }
 
 size_spec check_spec(std::string_view what, size_spec s) {
+  if (s.of_available && s.percent < 0) bad(what, s.to_string(), "of_available needs a percentage");
   if (s.percent >= 0) {
     if (!(s.percent > 0 && s.percent <= 100)) bad(what, s.to_string(), "a percentage must be in (0, 100]");
   } else if (s.bytes > max_request_bytes * 64) {
@@ -127,7 +131,7 @@ std::size_t size_spec::resolve(std::size_t total) const noexcept {
 std::string size_spec::to_string() const {
   if (percent >= 0) {
     char buf[32];
-    std::snprintf(buf, sizeof buf, "%g%%", percent);
+    std::snprintf(buf, sizeof buf, of_available ? "%g%%avail" : "%g%%", percent);
     return buf;
   }
   return bytes ? format_bytes(bytes) : std::string("unset");
@@ -138,7 +142,7 @@ size_spec parse_size(std::string_view text, std::string_view what) {
   if (s.empty()) bad(what, text, "empty");
   std::size_t i = 0;
   while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
-  if (i == 0) bad(what, text, "expected a number, e.g. 512MiB, 4GiB, 4G or 80%");
+  if (i == 0) bad(what, text, "expected a number, e.g. 512MiB, 4GiB, 4G, 80% or 80%avail");
   const std::string num = s.substr(0, i);
   std::string unit = trim(std::string_view(s).substr(i));
   char* end = nullptr;
@@ -147,11 +151,16 @@ size_spec parse_size(std::string_view text, std::string_view what) {
   if (*end != '\0' || errno == ERANGE || !std::isfinite(static_cast<double>(value)))
     bad(what, text, "malformed number");
   size_spec out;
-  if (unit == "%") {
+  // "%" of the device total; "%avail" of the available memory (Note [Limits
+  // of available memory]); a blank between them is allowed ("80% avail").
+  const bool avail = unit.size() > 1 && unit[0] == '%' && iequals(trim(std::string_view(unit).substr(1)), "avail");
+  if (unit == "%" || avail) {
     if (value <= 0 || value > 100) bad(what, text, "a percentage must be in (0, 100]");
     out.percent = static_cast<double>(value);
+    out.of_available = avail;
     return out;
   }
+  if (!unit.empty() && unit[0] == '%') bad(what, text, "unknown percentage; use 80% (of the device) or 80%avail");
   long double mult = 0;
   struct suffix {
     const char* name;
@@ -163,7 +172,7 @@ size_spec parse_size(std::string_view text, std::string_view what) {
                                  {"T", 1099511627776.0L}, {"TB", 1099511627776.0L}, {"TiB", 1099511627776.0L}};
   for (const auto& sfx : table)
     if (iequals(unit, sfx.name)) mult = sfx.mult;
-  if (mult == 0) bad(what, text, "unknown unit; use B, KiB, MiB, GiB, TiB (or K, M, G, T) or %");
+  if (mult == 0) bad(what, text, "unknown unit; use B, KiB, MiB, GiB, TiB (or K, M, G, T), % or %avail");
   const long double bytes = value * mult;
   if (bytes < 1) bad(what, text, "a size must be at least 1 byte");
   if (bytes > static_cast<long double>(max_request_bytes) * 64) bad(what, text, "size too large");
@@ -311,6 +320,7 @@ config config_from_env(config c) {
   if (const char* v = env("GCPRESSURE_DEVICE")) c.device = static_cast<int>(parse_int("GCPRESSURE_DEVICE", v, 0, k_max_device));
   if (const char* v = env("GCPRESSURE_DEVICES")) c.devices = parse_device_list(v, "GCPRESSURE_DEVICES");
   if (const char* v = env("GCPRESSURE_HOST_CAPACITY")) c.host_capacity = parse_bytes("GCPRESSURE_HOST_CAPACITY", v);
+  if (const char* v = env("GCPRESSURE_HOST_SHARED")) c.host_shared = trim(v);
   if (const char* v = env("GCPRESSURE_SOFT_LIMIT")) c.soft_limit = parse_size(v, "GCPRESSURE_SOFT_LIMIT");
   if (const char* v = env("GCPRESSURE_HARD_LIMIT")) c.hard_limit = parse_size(v, "GCPRESSURE_HARD_LIMIT");
   if (const char* v = env("GCPRESSURE_POOL")) c.pool = parse_bool("GCPRESSURE_POOL", v);
@@ -345,6 +355,7 @@ config apply_options(const options& o, config c) {
     if (*o.host_capacity == 0) bad("options.host_capacity", "0", "a size must be at least 1 byte");
     c.host_capacity = *o.host_capacity;
   }
+  if (o.host_shared) c.host_shared = *o.host_shared;  // "" = private capacity
   if (o.soft_limit) c.soft_limit = check_spec("options.soft_limit", *o.soft_limit);
   if (o.hard_limit) c.hard_limit = check_spec("options.hard_limit", *o.hard_limit);
   if (o.pool) c.pool = *o.pool;

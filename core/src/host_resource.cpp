@@ -10,6 +10,7 @@
 
 #include "gcpressure/config.hpp"
 #include "gcpressure/error.hpp"
+#include "shared_capacity.hpp"
 
 namespace gcpressure {
 
@@ -142,9 +143,10 @@ struct host_resource_lifetime {
   host_resource* self = nullptr;
 };
 
-host_resource::host_resource(std::size_t capacity)
+host_resource::host_resource(std::size_t capacity, const std::string& shared_path)
     : capacity_(capacity), lifetime_(std::make_shared<host_resource_lifetime>()) {
   GCPRESSURE_EXPECTS(capacity > 0, "host_resource: capacity must be > 0");
+  if (!shared_path.empty()) shared_ = std::make_unique<detail::shared_capacity>(shared_path, capacity);
   lifetime_->self = this;
 }
 
@@ -185,12 +187,19 @@ void* host_resource::do_allocate(std::size_t bytes, stream_ref) {
          << " bytes in use";
       throw out_of_memory(os.str());
     }
+    if (shared_ && !shared_->reserve(n)) {
+      std::ostringstream os;
+      os << "host_resource: cannot allocate " << bytes << " bytes: the shared device (GCPRESSURE_HOST_SHARED) has "
+         << shared_->used() << " of " << capacity_ << " bytes in use by all tenants, " << used_ << " by this one";
+      throw out_of_memory(os.str());
+    }
     used_ += n;
   }
   void* p = std::aligned_alloc(alignment, n);
   std::lock_guard<std::mutex> lk(mu_);
   if (!p) {
     used_ -= n;
+    if (shared_) shared_->release(n);
     throw out_of_memory("host_resource: the host has no memory for " + std::to_string(bytes) + " bytes");
   }
   live_.emplace(p, n);
@@ -208,6 +217,7 @@ void host_resource::release_now(void* p, std::size_t bytes) noexcept {
     return;
   }
   used_ -= it->second;
+  if (shared_) shared_->release(it->second);
   std::free(p);
   live_.erase(it);
 }
@@ -239,6 +249,10 @@ void host_resource::do_deallocate(void* p, std::size_t bytes, stream_ref stream)
 }
 
 device_memory_info host_resource::do_memory_info() const {
+  if (shared_) {
+    const std::size_t all = shared_->used();
+    return {all < capacity_ ? capacity_ - all : 0, capacity_};
+  }
   std::lock_guard<std::mutex> lk(mu_);
   return {capacity_ - used_, capacity_};
 }

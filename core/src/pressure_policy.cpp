@@ -383,12 +383,15 @@ class pressure_policy final : public gc_policy {
     return free_then > 0 && grown + free_then / 10 > free_then;
   }
 
+  // Other tenants: one driver read per device, which also re-resolves the
+  // allocator's "%avail" limits (Note [Limits of available memory]), so the
+  // soft limit the budgets use shrinks with the memory others leave.
   void refresh_device() {
     refreshed_at_ = now();
     for (std::size_t i = 0; i < device_count(); ++i) {
       device_state& d = dev_[i];
       try {
-        d.device_free.store(device(i).device_memory().free, std::memory_order_relaxed);
+        d.device_free.store(device(i).refresh_limits().free, std::memory_order_relaxed);
         d.reserved_at_refresh.store(device(i).reserved_bytes(), std::memory_order_relaxed);
       } catch (...) {
         d.device_free.store(0, std::memory_order_relaxed);

@@ -83,6 +83,10 @@ std::string to_text(const allocator_stats& s) {
                 static_cast<unsigned long long>(s.upstream_failures), static_cast<unsigned long long>(s.ooms),
                 static_cast<unsigned long long>(s.misuse_errors));
   os << buf;
+  std::snprintf(buf, sizeof buf, "  available to this process %s (least %s), headroom changes %llu\n",
+                format_bytes(s.available_bytes).c_str(), format_bytes(s.available_bytes_min).c_str(),
+                static_cast<unsigned long long>(s.headroom_changes));
+  os << buf;
   os << "  reclaim ladder:";
   for (int i = 0; i < ladder_step_count; ++i)
     os << " " << to_string(static_cast<ladder_step>(i)) << "=" << s.ladder[i];
@@ -133,6 +137,8 @@ std::string to_json(const allocator_stats& s) {
      << ",\"since_mark\":" << s.since_mark << ",\"deferred_pending\":" << s.deferred_pending
      << ",\"soft_limit\":" << s.soft_limit << ",\"hard_limit\":" << s.hard_limit
      << ",\"device_free\":" << s.device_memory.free << ",\"device_total\":" << s.device_memory.total
+     << ",\"available_bytes\":" << s.available_bytes << ",\"available_bytes_min\":" << s.available_bytes_min
+     << ",\"headroom_changes\":" << s.headroom_changes
      << ",\"ladder\":{";
   for (int i = 0; i < ladder_step_count; ++i)
     os << (i ? "," : "") << "\"" << to_string(static_cast<ladder_step>(i)) << "\":" << s.ladder[i];

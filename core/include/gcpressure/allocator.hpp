@@ -51,6 +51,12 @@ struct allocator_options {
   backend_kind backend = backend_kind::host;
   int device = 0;
   std::size_t host_capacity = std::size_t{16} << 30;
+  // Host backend: a file whose capacity this process shares with others
+  // (GCPRESSURE_HOST_SHARED; Note [Shared simulated capacity]); "" = private.
+  // Device 0 uses the file itself, device d > 0 the file "<host_shared>.<d>".
+  std::string host_shared;
+  // Either limit may be a percentage of available memory ("80%avail", Note
+  // [Limits of available memory]): re-resolved by refresh_limits().
   size_spec soft_limit;  // unset: 75% of the hard limit
   size_spec hard_limit;  // unset: device total
   bool pool = true;
@@ -105,11 +111,29 @@ class device_allocator {
   // See pool_resource::forget_stream; call before destroying a stream.
   void forget_stream(stream_ref s);
 
-  // Limits in bytes (resolved). set_* are thread-safe and take effect at once.
+  // Limits in bytes (resolved). set_* are thread-safe and take effect at
+  // once; they pin the limit (a "%avail" limit stops following).
   std::size_t soft_limit() const noexcept { return soft_limit_.load(std::memory_order_relaxed); }
   std::size_t hard_limit() const noexcept { return limiter_->limit(); }
-  void set_soft_limit(std::size_t bytes) noexcept { soft_limit_.store(bytes, std::memory_order_relaxed); }
-  void set_hard_limit(std::size_t bytes) noexcept { limiter_->set_limit(bytes); }
+  void set_soft_limit(std::size_t bytes) noexcept;
+  void set_hard_limit(std::size_t bytes) noexcept;
+
+  // Note [Limits of available memory] (config.hpp): reads the device's free
+  // memory once (cudaMemGetInfo on CUDA), records the available bytes (free
+  // + this allocator's reserved bytes: available_bytes()) and re-resolves the
+  // limits given as "%avail". Returns the device memory it read (a caller
+  // that also wants the free memory needs no second driver call). Throws
+  // what memory_info() throws. Thread-safe; not finalizer-safe
+  // (a driver call and a lock). Call it at a bounded rate: the pressure
+  // policy does with its device refresh; allocate() does at most every 0.1 s
+  // when a limit follows available memory, and once after a failure.
+  device_memory_info refresh_limits();
+  // Finalizer-safe: the available bytes last seen (0 before any refresh).
+  std::size_t available_bytes() const noexcept { return available_.load(std::memory_order_relaxed); }
+  // Finalizer-safe: refreshes that saw a headroom change (allocator_stats).
+  std::uint64_t headroom_changes() const noexcept { return headroom_changes_.load(std::memory_order_relaxed); }
+  // True when a limit is given as "%avail" and not pinned. Finalizer-safe.
+  bool limits_follow_available() const noexcept { return follows_.load(std::memory_order_relaxed); }
 
   // Finalizer-safe cheap getters.
   std::size_t live_bytes() const noexcept;
@@ -136,6 +160,9 @@ class device_allocator {
   void* try_allocate(std::size_t bytes, stream_ref stream);
   void account_free(std::size_t requested, std::size_t rounded) noexcept;
   [[noreturn]] void throw_oom(std::size_t bytes, const std::string& tried, const char* cause);
+  void resolve_limits(std::size_t available);
+  bool refresh_due() noexcept;
+  bool limit_grew_on_refresh() noexcept;
 
   allocator_options opts_;
   std::unique_ptr<device_resource> owned_upstream_;
@@ -143,6 +170,16 @@ class device_allocator {
   std::unique_ptr<limiting_adaptor> limiter_;
   std::unique_ptr<pool_resource> pool_;
   std::atomic<std::size_t> soft_limit_{0};
+  // Note [Limits of available memory]. limits_mu_ serialises refreshes and
+  // set_*; the limits themselves are atomics read without it.
+  std::mutex limits_mu_;
+  std::atomic<bool> follows_{false};
+  bool hard_follows_ = false, soft_follows_ = false, soft_from_hard_ = false;
+  std::size_t soft_base_ = 0;                        // a soft limit in bytes, capped by a following hard one
+  std::size_t seen_available_ = 0, seen_hard_ = 0;  // at the last headroom change
+  std::atomic<std::size_t> available_{0}, available_min_{0};
+  std::atomic<std::uint64_t> headroom_changes_{0};
+  std::atomic<std::int64_t> next_refresh_ns_{0};
   std::atomic<allocation_hook*> hook_{nullptr};
   deferred_free_queue deferred_;
   detail::stat_counter requested_, allocated_, active_;

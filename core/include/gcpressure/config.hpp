@@ -2,7 +2,9 @@
 //
 // Every option has a default, a GCPRESSURE_* environment variable and a field
 // here. Sizes accept plain bytes and suffixes: K/KB/KiB, M/MB/MiB, G/GB/GiB,
-// T/TB/TiB (all binary: 4G == 4GiB), or a percentage of device memory ("80%").
+// T/TB/TiB (all binary: 4G == 4GiB), a percentage of device memory ("80%"),
+// or a percentage of the memory available to this process ("80%avail":
+// Note [Limits of available memory]).
 // A bad value throws logic_error naming the variable and the value.
 //
 // Note [The environment is the default layer]
@@ -26,18 +28,32 @@
 
 namespace gcpressure {
 
+// Note [Limits of available memory]
+// Other processes (tenants) may share the device. "80%" is 80% of the
+// device's total, fixed at start; "80%avail" is 80% of the memory available
+// to this process: the device's free memory plus what this allocator has
+// reserved itself (its own bytes are not taken from it). The allocator
+// re-resolves such a limit at a bounded rate (device_allocator::
+// refresh_limits), so when another tenant takes memory mid-run the limit, and
+// with it the policy's young budget, shrinks before an allocation fails.
+
 // A size given as bytes or as a percentage of device memory.
 struct size_spec {
   std::size_t bytes = 0;
   double percent = -1;  // >= 0: percentage of device total; then `bytes` is unused
+  // With percent >= 0: a percentage of the available memory ("80%avail"),
+  // not of the device total.
+  bool of_available = false;
   bool is_set() const noexcept { return percent >= 0 || bytes > 0; }
-  // Bytes for a device of `total` bytes; 0 when unset.
+  // Bytes for a device of `total` bytes (for "%avail": `total` is the
+  // available memory); 0 when unset.
   std::size_t resolve(std::size_t total) const noexcept;
-  std::string to_string() const;
+  std::string to_string() const;  // "512.00 MiB", "80%", "80%avail" or "unset"
 };
 
-// Parses "512MiB", "4GiB", "4G", "80%", "1048576". Throws logic_error naming
-// `what` (e.g. the variable) and the value on bad input. Thread-safe.
+// Parses "512MiB", "4GiB", "4G", "80%", "80%avail", "1048576". Throws
+// logic_error naming `what` (e.g. the variable) and the value on bad input.
+// Thread-safe.
 size_spec parse_size(std::string_view text, std::string_view what = "size");
 
 // The size of the simulated device of the host backend unless configured:
@@ -62,6 +78,7 @@ struct config {
   int device = 0;                                       // GCPRESSURE_DEVICE
   std::vector<int> devices;                             // GCPRESSURE_DEVICES: "0,1" (empty: {device})
   std::size_t host_capacity = default_host_capacity;    // GCPRESSURE_HOST_CAPACITY (simulated device size)
+  std::string host_shared;                              // GCPRESSURE_HOST_SHARED: file of a capacity shared by processes ("" = private)
   size_spec soft_limit;                                 // GCPRESSURE_SOFT_LIMIT (unset: 75% of the hard limit)
   size_spec hard_limit;                                 // GCPRESSURE_HARD_LIMIT (unset: device total)
   bool pool = true;                                     // GCPRESSURE_POOL: 0|1
@@ -95,6 +112,7 @@ struct options {
   std::optional<int> device;         // one device; clears a GCPRESSURE_DEVICES list
   std::optional<std::vector<int>> devices;
   std::optional<std::size_t> host_capacity;
+  std::optional<std::string> host_shared;
   std::optional<size_spec> soft_limit;
   std::optional<size_spec> hard_limit;
   std::optional<bool> pool;

@@ -1,7 +1,9 @@
 // gcpressure/host_resource.hpp — a simulated device backed by host memory.
 //
 // The default backend where there is no GPU (CI, laptops): every policy and
-// test runs everywhere. Capacity is fixed; pointers are real, readable,
+// test runs everywhere. Capacity is fixed, private to this resource or shared
+// with other processes (a file: Note [Shared simulated capacity] in
+// core/src/shared_capacity.hpp); pointers are real, readable,
 // writable memory. Streams are host_stream objects: an in-order queue of tasks
 // run by a worker thread, which simulates kernels that are still running when
 // their buffers are dropped. Frees on a host_stream are stream-ordered (queued
@@ -12,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #include "gcpressure/resource.hpp"
@@ -20,6 +23,7 @@ namespace gcpressure {
 
 namespace detail {
 struct host_stream_state;
+class shared_capacity;
 }
 
 // An in-order work queue with its own worker thread. Thread-safe. Not callable
@@ -47,12 +51,19 @@ class host_stream {
 class host_resource final : public device_resource {
  public:
   // `capacity`: simulated device memory in bytes (default 16 GiB).
-  explicit host_resource(std::size_t capacity = std::size_t{16} << 30);
+  // `shared_path` non-empty: the capacity is shared with every process
+  // (host_resource) that names the same file (GCPRESSURE_HOST_SHARED):
+  // memory_info().free is what all of them left, and an allocation that
+  // does not fit fails as on a full GPU. Throws logic_error if the file cannot
+  // be used (not ours, another capacity, no free slot).
+  explicit host_resource(std::size_t capacity = std::size_t{16} << 30, const std::string& shared_path = {});
   ~host_resource() override;
 
   std::size_t capacity() const noexcept { return capacity_; }
-  // Bytes currently held by callers (stream-ordered frees count until they run).
+  // Bytes currently held by callers of this resource (stream-ordered frees
+  // count until they run); other tenants' bytes are not included.
   std::size_t used() const noexcept;
+  bool shared() const noexcept { return shared_ != nullptr; }
   // Number of live allocations.
   std::size_t outstanding() const noexcept;
 
@@ -68,6 +79,7 @@ class host_resource final : public device_resource {
   mutable std::mutex mu_;
   std::size_t used_ = 0;
   std::unordered_map<void*, std::size_t> live_;  // pointer -> size: catches foreign/double frees
+  std::unique_ptr<detail::shared_capacity> shared_;
   std::shared_ptr<struct host_resource_lifetime> lifetime_;
 };
 

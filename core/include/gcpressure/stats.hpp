@@ -117,6 +117,12 @@ struct allocator_stats {
   std::size_t deferred_pending = 0;      // frees queued by finalizers, not yet drained
   std::size_t soft_limit = 0, hard_limit = 0;
   device_memory_info device_memory;
+  // Other tenants (Note [Limits of available memory]): device free + this
+  // allocator's reserved bytes at the last refresh_limits(), the least seen,
+  // and the refreshes at which it or the hard limit had moved by >= 10%
+  // since the last such change.
+  std::size_t available_bytes = 0, available_bytes_min = 0;
+  std::uint64_t headroom_changes = 0;
   std::array<std::uint64_t, ladder_step_count> ladder{};  // times each step ran
   collection_stats gc;
 };
