@@ -241,8 +241,9 @@ struct result {
   double checksum = 0;              // sum of the last output's first column (sanity)
   std::size_t live_at_exit_bytes = 0;   // device bytes still live after teardown's collections
   // Other tenants (Note [Limits of available memory], core config.hpp): the
-  // allocator's headroom changes during the loop, the iterations at whose end
-  // one was seen (the first 64), and the least available memory seen.
+  // allocators' headroom changes during the loop (summed over devices), the
+  // iterations at whose end one was seen (the first 64), and the least
+  // available memory seen (the minimum over devices).
   std::uint64_t headroom_changes = 0;
   std::vector<int> headroom_change_iterations;
   std::size_t available_bytes_min = 0;

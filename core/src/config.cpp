@@ -348,7 +348,10 @@ config apply_options(const options& o, config c) {
   }
   if (o.devices) {
     std::string text;
-    for (int d : *o.devices) text += (text.empty() ? "" : ",") + std::to_string(d);
+    for (int d : *o.devices) {
+      if (!text.empty()) text += ',';
+      text += std::to_string(d);
+    }
     c.devices = parse_device_list(text, "options.devices");
   }
   if (o.host_capacity) {
