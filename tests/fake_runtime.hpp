@@ -226,8 +226,6 @@ class fake_collector final : public gcp::collector {
     return true;
   }
 
-  bool has_incremental_full() const noexcept override { return true; }
-
   void start_full() override {
     note("start_full");
     std::lock_guard<std::mutex> lk(mu_);
@@ -253,7 +251,8 @@ class fake_collector final : public gcp::collector {
     return true;
   }
 
-  bool full_in_progress() const override {
+  // Test-side view (not part of gcp::collector): a cycle is in progress.
+  bool full_in_progress() const {
     std::lock_guard<std::mutex> lk(mu_);
     return full_active_;
   }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gcpressure/allocator.hpp"
+#include "gcpressure/collection_scope.hpp"
 #include "gcpressure/error.hpp"
 #include "gcpressure/host_resource.hpp"
 #include "test_support.hpp"
@@ -619,8 +620,9 @@ TEST(AllocatorHook, FinalizerOnlyPushIsDrainedByTheLadder) {
 }
 
 // Note [The hook point] (allocator.hpp): code the hook runs may allocate from
-// the same allocator on the same thread; such an allocation is served without
-// calling the hook again, so no collection ever nests inside another.
+// the same allocator on the same thread; the hook runs it inside a
+// collection_scope, as gc_policy does, and such an allocation is served
+// without calling the hook again, so no collection ever nests inside another.
 TEST(AllocatorHook, AllocateFromReclaimIsServedWithoutNesting) {
   gcp_test::run_with_watchdog(std::chrono::seconds(60), "allocate from inside reclaim", [] {
     device_allocator a(host_opts(512 * MiB, 16 * MiB));
@@ -628,6 +630,7 @@ TEST(AllocatorHook, AllocateFromReclaimIsServedWithoutNesting) {
       bool on_reclaim(device_allocator& al, ladder_step) override {
         const int d = ++depth;
         max_depth = std::max(max_depth, d);
+        collection_scope collecting;  // a collection, whose finalizer allocates
         try {
           void* p = al.allocate(512);  // a finalizer that allocates, say
           al.free(p, 512);
@@ -666,6 +669,7 @@ TEST(AllocatorHook, AllocateFromBeforeAllocateIsServedWithoutNesting) {
         }
         inside = true;
         try {
+          collection_scope collecting;
           void* p = al.allocate(512);
           held.push_back(p);
           ++served;

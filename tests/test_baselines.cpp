@@ -35,7 +35,6 @@ class timed_collector final : public gcp::collector {
     g_.collect_minor();
     seconds_ += g_.minor_seconds;
   }
-  bool has_incremental_full() const noexcept override { return g_.has_incremental_full(); }
   void start_full() override { g_.start_full(); }
   bool step_full(double b) override {
     const bool active = g_.full_in_progress();
@@ -43,7 +42,6 @@ class timed_collector final : public gcp::collector {
     if (active) seconds_ += g_.slice_seconds;
     return done;
   }
-  bool full_in_progress() const override { return g_.full_in_progress(); }
   void collect_full() override {
     g_.collect_full();
     seconds_ += g_.full_seconds;

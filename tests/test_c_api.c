@@ -1056,6 +1056,74 @@ static void test_reentrancy(void) {
   CHECK_ST(gcpressure_destroy(a), GCPRESSURE_OK);
 }
 
+/* --- gcpressure_enter_collection: a runtime's own finalizer thread --------- */
+
+static int g_cb_inside = -1;
+static gcpressure_status g_cb_leave_st = GCPRESSURE_OK;
+static void act_probe_scope(fake_gc* g, const char* where) {
+  (void)g;
+  (void)where;
+  g_cb_inside = gcpressure_in_collection();
+  g_cb_leave_st = gcpressure_leave_collection(); /* not ours to end */
+}
+
+static void* other_thread_inside(void* arg) {
+  *(int*)arg = gcpressure_in_collection();
+  return NULL;
+}
+
+static void test_enter_collection(void) {
+  CHECK(gcpressure_in_collection() == 0);
+  CHECK_ST(gcpressure_leave_collection(), GCPRESSURE_ERR_MISUSE);
+  CHECK_ERR_HAS("gcpressure_enter_collection");
+  CHECK(gcpressure_in_collection() == 0);
+
+  gcpressure_allocator* a = make_host("at_limit", "2MiB", NULL, GCPRESSURE_COLLECTOR_CALLBACKS);
+  CHECK(a != NULL);
+  if (!a) return;
+  fake_gc g;
+  fake_init(&g, a);
+  CHECK_ST(fake_register(&g, 1, 0), GCPRESSURE_OK);
+  const int h = fake_new(&g, 1536 * KiB);
+  fake_drop(&g, h); /* garbage only a collection can return */
+
+  /* Inside: what a finalizer may do is served; no callback runs. */
+  CHECK_ST(gcpressure_enter_collection(), GCPRESSURE_OK);
+  CHECK(gcpressure_in_collection() == 1);
+  int other = -1;
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, other_thread_inside, &other) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  CHECK(other == 0); /* per thread */
+  CHECK_ST(gcpressure_collect(a, 1), GCPRESSURE_ERR_BUSY);
+  CHECK_ST(gcpressure_quiet_moment(a), GCPRESSURE_ERR_BUSY);
+  void* p = NULL;
+  CHECK_ST(gcpressure_alloc(a, 256 * KiB, NULL, &p), GCPRESSURE_OK);
+  CHECK_ST(gcpressure_free(a, p, 256 * KiB, NULL), GCPRESSURE_OK);
+  CHECK_ST(gcpressure_alloc(a, 1 * MiB, NULL, &p), GCPRESSURE_ERR_OOM); /* only a collection would help */
+  CHECK_ERR_HAS("no collector");
+  CHECK(g.minor == 0 && g.full == 0 && g.run_fin == 0);
+  CHECK_ST(gcpressure_enter_collection(), GCPRESSURE_OK); /* nests */
+  CHECK_ST(gcpressure_leave_collection(), GCPRESSURE_OK);
+  CHECK(gcpressure_in_collection() == 1);
+  CHECK_ST(gcpressure_leave_collection(), GCPRESSURE_OK);
+  CHECK(gcpressure_in_collection() == 0);
+
+  /* Outside again: the same allocation collects and fits. */
+  CHECK_ST(gcpressure_alloc(a, 1 * MiB, NULL, &p), GCPRESSURE_OK);
+  CHECK(g.minor + g.full >= 1);
+  CHECK_ST(gcpressure_free(a, p, 1 * MiB, NULL), GCPRESSURE_OK);
+
+  /* Inside a callback: in a collection, and a leave cannot end the library's. */
+  g.action = act_probe_scope;
+  CHECK_ST(gcpressure_collect(a, 1), GCPRESSURE_OK);
+  CHECK(g_cb_inside == 1);
+  CHECK(g_cb_leave_st == GCPRESSURE_ERR_MISUSE);
+  CHECK(gcpressure_in_collection() == 0);
+  fake_free_all(&g);
+  CHECK_ST(gcpressure_destroy(a), GCPRESSURE_OK);
+}
+
 static void test_null_and_foreign_handles(void) {
   void* p = NULL;
   size_t n = 0;
@@ -1307,6 +1375,7 @@ int main(void) {
       {"own_collections", test_own_collections},
       {"sync_hint", test_sync_hint},
       {"reentrancy", test_reentrancy},
+      {"enter_collection", test_enter_collection},
       {"null_and_foreign_handles", test_null_and_foreign_handles},
       {"use_after_destroy", test_use_after_destroy},
       {"thread_local_error", test_thread_local_error},

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "gcpressure/collection_scope.hpp"
 #include "gcpressure/cuda_resource.hpp"
 #include "gcpressure/error.hpp"
 #include "gcpressure/host_resource.hpp"
@@ -51,14 +52,6 @@ bool deferred_free_queue::push(void* ptr, std::size_t bytes, stream_ref stream) 
 struct nopool_table {
   std::unordered_map<const void*, std::size_t> live;
 };
-
-namespace {
-thread_local int t_hook_depth = 0;  // > 0 while this thread runs hook code
-struct hook_scope {
-  hook_scope() { ++t_hook_depth; }
-  ~hook_scope() { --t_hook_depth; }
-};
-}  // namespace
 
 std::unique_ptr<device_resource> make_resource(const allocator_options& o) {
   switch (o.backend) {
@@ -260,11 +253,10 @@ void* device_allocator::allocate(std::size_t bytes, stream_ref stream) {
   }
   // Note [Limits of available memory]: before the hook, so the policy sees them.
   if (limits_follow_available() && refresh_due()) refresh_limits();
-  allocation_hook* h = t_hook_depth == 0 ? hook() : nullptr;  // no nested collections
-  if (h) {
-    hook_scope scope;
-    h->before_allocate(*this, bytes, stream);
-  }
+  // Note [Inside a collection]: no hook, so no nested collection and no
+  // wait for the collection this thread is part of.
+  allocation_hook* h = in_collection() ? nullptr : hook();
+  if (h) h->before_allocate(*this, bytes, stream);
   drain();
   std::string cause;
   try {
@@ -299,10 +291,7 @@ void* device_allocator::allocate(std::size_t bytes, stream_ref stream) {
       case ladder_step::finish_and_drain:
       case ladder_step::full_collection:
       case ladder_step::full_collection_2:
-        if (h) {
-          hook_scope scope;
-          did = h->reclaim(*this, step);
-        }
+        if (h) did = h->reclaim(*this, step);
         freed = drain();
         did = did || freed > 0;
         break;

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "gcpressure/collection_scope.hpp"
 #include "gcpressure/error.hpp"
 
 namespace gcpressure {
@@ -154,12 +155,8 @@ void gc_policy::record(gc_kind kind, gc_reason reason, const outcome& o, double 
 namespace {
 // Note [No nested collections]: a collection runs runtime code (finalizers)
 // that may allocate or ask for a collection on this thread; a runtime's
-// collector is not re-entrant, so such a nested request does nothing.
-thread_local int t_collecting = 0;
-struct collecting_scope {
-  collecting_scope() { ++t_collecting; }
-  ~collecting_scope() { --t_collecting; }
-};
+// collector is not re-entrant, so such a nested request does nothing. The
+// fact is the one of Note [Inside a collection] (collection_scope.hpp).
 
 // The probe collections on this thread are measured against (innermost).
 thread_local gc_policy::device_probe* t_probe = nullptr;
@@ -212,7 +209,7 @@ void gc_policy::account_exposure(double seconds) {
 
 gc_policy::outcome gc_policy::run_collection(gc_kind kind, gc_reason reason) {
   outcome o;
-  if (t_collecting) {
+  if (in_collection()) {
     sample_after(o);
     return o;
   }
@@ -226,7 +223,7 @@ gc_policy::outcome gc_policy::run_collection(gc_kind kind, gc_reason reason) {
     if (kind != gc_kind::blocking_full) return o;
     o = outcome{};
   }
-  collecting_scope scope;
+  collection_scope scope;
   drain_all();  // frees already queued are not this collection's work
   sample_before(o);
   const double t0 = now();
@@ -257,14 +254,14 @@ gc_policy::outcome gc_policy::run_collection(gc_kind kind, gc_reason reason) {
 
 // Note [Sliced cycles]
 bool gc_policy::step_cycle(gc_kind kind, gc_reason reason, outcome* out, bool back_to_back) {
-  if (t_collecting) {
+  if (in_collection()) {
     if (out) {
       *out = outcome{};
       sample_after(*out);
     }
     return true;  // the outer collection does the work
   }
-  collecting_scope scope;
+  collection_scope scope;
   std::lock_guard<std::recursive_timed_mutex> lk(collect_mu_);
   const double t0 = now();
   if (!cycle_active()) {
@@ -333,7 +330,7 @@ void gc_policy::synchronize(stream_ref stream, device_allocator* on) {
   device_allocator& dev = on ? *on : alloc_;
   GCPRESSURE_EXPECTS(device_index(dev) < device_count(), "synchronize: the device is not one this policy serves");
   stream_ops& ops = dev.streams();
-  if (t_collecting) {  // from inside a collection: only wait
+  if (in_collection()) {  // from inside a collection: only wait
     event_ref e = ops.record(stream);
     struct rel {
       stream_ops& o;

@@ -20,11 +20,12 @@
 //     It stops waiting — the collection still runs later on the helper — when
 //     (a) a thread that holds the GIL has stayed inside one of our entry
 //     points for over a millisecond (it may be waiting for M: the helper
-//     cannot get the GIL before it leaves), (b) the thread serving the
-//     request (the helper, or the main thread in a pending call) is itself
-//     inside an entry point (a finalizer of its collection allocates and may
-//     wait for M), (c) Python is shutting down, or (d) gil_wait seconds
-//     passed.
+//     cannot get the GIL before it leaves), (c) Python is shutting down, or
+//     (d) gil_wait seconds passed. (There was a (b): the thread serving the
+//     request inside an entry point, for a finalizer of its collection that
+//     allocates and might wait for M. It cannot since rule 5: it was also
+//     what made finalizers that allocate fail allocations, by abandoning
+//     collections that were making progress.)
 //  2. A thread that holds the GIL and enters one of our entry points (alloc,
 //     collect, hints, trim) while any collection request is in flight lets
 //     the GIL go (PyEval_SaveThread) for the duration of the call, so that
@@ -39,9 +40,15 @@
 //     the pool lock across a collection or a GIL wait (Note [Locks and
 //     collections] in core/src/allocator.cpp). So every __del__ a collection
 //     runs completes.
-//  5. No nested collection: a request from a thread already inside one
-//     (ours: t_in_request; CPython's, seen through gc.callbacks: t_py_gc_depth)
-//     does nothing (CPython's gc.collect would return 0 there anyway).
+//  5. Inside a collection no thread waits for M or starts a collection
+//     (Note [Inside a collection], core's collection_scope.hpp): the policy
+//     collects inside the scope (the requester, waiting or collecting
+//     directly, is inside it), the helper and the pending call serve a batch
+//     inside it, and every CPython collection is inside it from its
+//     gc.callbacks "start" to its "stop", whoever started it. So a finalizer
+//     that allocates is served at once (or fails, where only a collection
+//     would help) on whichever thread it runs, and never nests a collection
+//     (CPython's gc.collect would return 0 there anyway).
 // Every wait is then either bounded or made by a thread that holds nothing
 // the others wait for (the helper waiting for the GIL). The price: a request
 // given up under rule 1 looks to the policy like a collection that reclaimed
@@ -84,6 +91,7 @@
 #include <mutex>
 #include <thread>
 
+#include "gcpressure/collection_scope.hpp"
 #include "torch_shim.hpp"
 
 namespace gcp_torch {
@@ -125,17 +133,17 @@ bool holds_gil() noexcept {
 }
 // --- threads, counters ---------------------------------------------------------
 
-thread_local int t_in_request = 0;    // inside our collector (direct, waiting, or the helper's batch)
-thread_local int t_py_gc_depth = 0;   // inside a CPython collection (gc.callbacks)
+// Inside a CPython collection (gc.callbacks), for its timing and to tell a
+// requester whether its gc.collect ran. Rule 5 does not read it: "start"
+// also enters the one collection scope of core, which is what stops nested
+// collections and waits for M.
+thread_local int t_py_gc_depth = 0;
 thread_local std::uint64_t t_py_gc_starts = 0;
 thread_local clock_type::time_point t_py_gc_t0;
 thread_local bool t_is_helper = false;
-thread_local int t_running_batch = 0;  // serving handed-off requests (helper or pending call)
 
 std::atomic<int> g_requests{0};      // collection requests in flight (rule 2)
 std::atomic<int> g_gil_holders{0};   // threads in an entry point still holding the GIL (rule 1a)
-std::atomic<int> g_runner_in_entry{0};  // a thread serving handed-off requests is in an entry point
-std::atomic<int> g_py_gc_in_entry{0};  // threads in an entry point from inside a CPython collection
 std::atomic<std::uint64_t> g_main_thread{0};
 
 std::uint64_t self_id() noexcept { return static_cast<std::uint64_t>(pthread_self()); }
@@ -159,7 +167,9 @@ PyObject* on_gc(PyObject*, PyObject* args) {
   if (PyUnicode_CompareWithASCIIString(phase, "start") == 0) {
     if (t_py_gc_depth++ == 0) t_py_gc_t0 = clock_type::now();
     ++t_py_gc_starts;
-  } else if (t_py_gc_depth > 0) {
+    enter_collection();  // rule 5
+  } else if (t_py_gc_depth > 0) {  // a stop without its start (entry added mid-collection) leaves nothing
+    leave_collection();
     if (--t_py_gc_depth == 0) add_ns(C().python_ns, seconds_since(t_py_gc_t0));
     long gen = 2;
     if (PyObject* g = PyDict_GetItemString(info, "generation")) gen = PyLong_AsLong(g);
@@ -213,13 +223,12 @@ bool ensure_gc_objects() {
 // other collection's finalizer held the GIL while waiting for M): it gives
 // up at once — the running collection frees the garbage anyway. Returns
 // false if it never ran.
-bool collect_with_gil(int gen, double gil_wait, double grace, bool may_wait) {
+bool collect_with_gil(int gen, double gil_wait, bool may_wait) {
   if (!ensure_gc_objects()) {
     C().callback_errors.fetch_add(1);
     return false;
   }
   const auto deadline = clock_type::now() + std::chrono::duration<double>(gil_wait);
-  clock_type::time_point in_entry_since{};
   for (;;) {
     const std::uint64_t before = t_py_gc_starts;
     PyObject* arg = PyLong_FromLong(gen);
@@ -248,18 +257,9 @@ bool collect_with_gil(int gen, double gil_wait, double grace, bool may_wait) {
       g_hook_installed = false;
       return true;
     }
-    // Give up when out of time, or when the running collection's finalizer
-    // has sat in one of our entry points for over `grace` (it may be waiting
-    // for the lock we hold).
-    const auto now = clock_type::now();
-    bool stuck = false;
-    if (g_py_gc_in_entry.load() > 0) {
-      if (in_entry_since == clock_type::time_point{}) in_entry_since = now;
-      stuck = std::chrono::duration<double>(now - in_entry_since).count() >= grace;
-    } else {
-      in_entry_since = {};
-    }
-    if (!may_wait || now > deadline || stuck) {
+    // Give up when out of time. The running collection's finalizers never
+    // wait for the lock our requester holds (rule 5), so it ends by itself.
+    if (!may_wait || clock_type::now() > deadline) {
       C().skipped_busy.fetch_add(1);
       return false;
     }
@@ -286,7 +286,6 @@ struct handoff {
   bool helper_started = false;
   bool helper_failed = false;
   double gil_wait = 1.0;
-  double grace = 0.001;
 };
 handoff& H() {
   static handoff* h = new handoff();
@@ -298,22 +297,22 @@ void run_batch() {
   handoff& h = H();
   int gen;
   std::uint64_t upto;
-  double wait, grace;
+  double wait;
   {
     std::lock_guard<std::mutex> lk(h.mu);
     gen = h.pending_gen;
     upto = h.requested;
     wait = h.gil_wait;
-    grace = h.grace;
     h.pending_gen = -1;
     h.pending_call_queued = false;
   }
   if (gen >= 0) {
-    ++t_in_request;
-    ++t_running_batch;
-    if (python_alive()) collect_with_gil(gen, wait, grace, true);
-    --t_running_batch;
-    --t_in_request;
+    {
+      // Rule 5: the requester's collection, run here; its finalizers'
+      // allocations are served without the policy (the requester holds M).
+      collection_scope inside;
+      if (python_alive()) collect_with_gil(gen, wait, true);
+    }
     C().helper_batches.fetch_add(1);
   }
   {
@@ -396,13 +395,11 @@ class py_collector final : public collector {
     C().requested_minor.fetch_add(1);
     request(minor_generation());
   }
-  bool has_incremental_full() const noexcept override { return false; }
   void start_full() override {}
   bool step_full(double) override {
     collect_full();
     return true;
   }
-  bool full_in_progress() const override { return false; }
   void collect_full() override {
     C().requested_full.fetch_add(1);
     request(2);
@@ -426,7 +423,6 @@ class py_collector final : public collector {
     pending_ = s.pending_handoff;
     std::lock_guard<std::mutex> lk(H().mu);
     H().gil_wait = s.gil_wait;
-    H().grace = s.holder_grace;
   }
 
  private:
@@ -441,28 +437,23 @@ class py_collector final : public collector {
     return (++minors_ % static_cast<std::uint64_t>(every_)) == 0 ? 1 : 0;
   }
 
-  // Note [GIL and the collection lock]
+  // Note [GIL and the collection lock]. The policy calls this inside its
+  // collection scope, never nested (rule 5); skipped_nested stays 0.
   void request(int gen) {
     C().requested_gen[static_cast<std::size_t>(gen)].fetch_add(1);
-    if (t_in_request || t_py_gc_depth > 0) {  // rule 5
-      C().skipped_nested.fetch_add(1);
-      return;
-    }
     if (!python_alive()) {
       C().skipped_no_python.fetch_add(1);
       return;
     }
     const auto t0 = clock_type::now();
-    ++t_in_request;
     g_requests.fetch_add(1, std::memory_order_seq_cst);
     if (holds_gil()) {
       C().direct.fetch_add(1);
-      collect_with_gil(gen, gil_wait_, grace_, false);
+      collect_with_gil(gen, gil_wait_, false);
     } else {
       hand_off(gen);
     }
     g_requests.fetch_sub(1, std::memory_order_seq_cst);
-    --t_in_request;
     add_ns(C().requested_ns, seconds_since(t0));
   }
 
@@ -492,7 +483,7 @@ class py_collector final : public collector {
     }
     C().handed_off.fetch_add(1);
     const auto deadline = clock_type::now() + std::chrono::duration<double>(gil_wait_);
-    clock_type::time_point holder_since{}, runner_since{};
+    clock_type::time_point holder_since{};
     while (h.done < seq) {
       h.cv_done.wait_for(lk, std::chrono::microseconds(250));
       if (h.done >= seq) break;
@@ -505,17 +496,6 @@ class py_collector final : public collector {
         }
       } else {
         holder_since = {};
-      }
-      if (g_runner_in_entry.load() > 0) {  // rule 1(b), after the grace (an
-        // immediate give-up, tried, made collections under finalizers that
-        // allocate ineffective: 5-15% of allocations failed instead of 0-3%)
-        if (runner_since == clock_type::time_point{}) runner_since = now;
-        if (std::chrono::duration<double>(now - runner_since).count() >= grace_) {
-          C().abandoned_helper_busy.fetch_add(1);
-          return;
-        }
-      } else {
-        runner_since = {};
       }
       if (!python_alive()) {  // rule 1(c)
         C().abandoned_no_python.fetch_add(1);
@@ -539,20 +519,11 @@ class py_collector final : public collector {
 // --- entry points' GIL discipline (rule 2) ------------------------------------------
 
 entry_guard::entry_guard() {
-  if (t_running_batch) {
-    g_runner_in_entry.fetch_add(1);
-    runner_ = true;
-  }
-  if (t_py_gc_depth > 0) {
-    g_py_gc_in_entry.fetch_add(1);
-    in_gc_ = true;
-  }
-  // Inside a collection we run: a direct collector's finalizer holds M
-  // (recursive) and its hook does not run nested, so it never waits for M;
-  // the helper's (or pending call's) finalizer may wait for M, whose holder
-  // then stops waiting for it under rule 1(b). Either way the GIL stays:
-  // letting it go mid-collection would let every other thread in.
-  if (t_in_request || !python_alive() || !holds_gil()) return;
+  // Inside a collection (rule 5: ours, the helper's batch, or any CPython
+  // collection) this thread never waits for M, so keeping the GIL blocks
+  // nobody for long; letting it go mid-collection would let every other
+  // thread in.
+  if (in_collection() || !python_alive() || !holds_gil()) return;
   C().entries_with_gil.fetch_add(1, std::memory_order_relaxed);
   g_gil_holders.fetch_add(1, std::memory_order_seq_cst);
   counted_ = true;
@@ -562,8 +533,6 @@ entry_guard::entry_guard() {
 entry_guard::~entry_guard() {
   if (counted_) g_gil_holders.fetch_sub(1, std::memory_order_seq_cst);
   if (saved_) PyEval_RestoreThread(static_cast<PyThreadState*>(saved_));
-  if (in_gc_) g_py_gc_in_entry.fetch_sub(1);
-  if (runner_) g_runner_in_entry.fetch_sub(1);
 }
 
 void entry_guard::release() {

@@ -39,6 +39,8 @@ struct counters {
   std::atomic<std::uint64_t> requested_minor{0}, requested_full{0};
   std::array<std::atomic<std::uint64_t>, 3> requested_gen{};
   std::atomic<std::uint64_t> direct{0}, handed_off{0}, pending_calls{0}, helper_batches{0};
+  // skipped_nested and abandoned_helper_busy stay 0 since rule 5 is core's
+  // collection scope (kept: the stats' keys are a contract).
   std::atomic<std::uint64_t> skipped_nested{0}, skipped_no_python{0}, skipped_busy{0};
   std::atomic<std::uint64_t> waits_other_collection{0};
   std::atomic<std::uint64_t> abandoned_gil_holder{0}, abandoned_helper_busy{0}, abandoned_timeout{0},
@@ -96,7 +98,7 @@ class entry_guard {
  private:
   void release();
   void* saved_ = nullptr;  // PyThreadState* while the GIL is let go
-  bool counted_ = false, runner_ = false, in_gc_ = false;
+  bool counted_ = false;
 };
 
 }  // namespace gcp_torch

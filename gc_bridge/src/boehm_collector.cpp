@@ -49,6 +49,7 @@
 #include "boehm_gc.hpp"
 #include "boehm_runtime.hpp"
 #include "gcpressure/boehm.hpp"
+#include "gcpressure/collection_scope.hpp"
 
 namespace gcpressure::boehm {
 
@@ -94,6 +95,10 @@ void finalizer_loop() {
       g_fin->pending = false;
     }
     if (GC_should_invoke_finalizers()) {
+      // A client's finalizer that allocates device memory from here is
+      // inside the collection that found its object (Note [Inside a
+      // collection]): served without the policy, never waiting for it.
+      collection_scope inside;
       std::lock_guard<std::recursive_mutex> gate(finalize_gate());
       GC_invoke_finalizers();
     }
@@ -208,7 +213,6 @@ boehm_collector::boehm_collector() { init(); }
 // Every call goes to the one owner of process-wide Boehm state (Note [One
 // owner of process-wide Boehm state] in boehm_runtime.hpp).
 void boehm_collector::collect_minor() { detail::boehm_runtime::instance().collect_minor(); }
-bool boehm_collector::has_incremental_full() const noexcept { return GC_is_incremental_mode() != 0; }
 bool boehm_collector::minor_is_whole_heap() const noexcept { return GC_is_incremental_mode() == 0; }
 bool boehm_collector::has_incremental_minor() const noexcept { return GC_is_incremental_mode() != 0; }
 void boehm_collector::start_minor() { detail::boehm_runtime::instance().start_minor(); }
@@ -217,7 +221,7 @@ bool boehm_collector::step_minor(double budget_seconds) {
 }
 void boehm_collector::start_full() { detail::boehm_runtime::instance().start_full(); }
 bool boehm_collector::step_full(double budget_seconds) { return detail::boehm_runtime::instance().step_full(budget_seconds); }
-bool boehm_collector::full_in_progress() const { return detail::boehm_runtime::instance().full_in_progress(); }
+bool boehm_collector::full_in_progress() const noexcept { return detail::boehm_runtime::instance().full_in_progress(); }
 void boehm_collector::collect_full() { detail::boehm_runtime::instance().collect_full(); }
 
 std::size_t boehm_collector::run_finalizers() {

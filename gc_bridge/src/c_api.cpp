@@ -1,7 +1,8 @@
 // The C API: status codes, thread-local messages, tombstoned handles.
 //
 // Note [C API re-entrancy]
-// Collector callbacks run with t_in_collection set. From there, the
+// Collector callbacks run inside the policy's collection_scope (Note [Inside
+// a collection], core/include/gcpressure/collection_scope.hpp). From there, the
 // runtime's finalizers may alloc/free/release/drain (no allocator lock is held
 // while a collection runs — Note [Locks and collections]); calls that would
 // start another collection return GCPRESSURE_ERR_BUSY instead of recursing
@@ -19,6 +20,7 @@
 
 #include "gcpressure/allocator.hpp"
 #include "gcpressure/boehm.hpp"
+#include "gcpressure/collection_scope.hpp"
 #include "gcpressure/cuda_resource.hpp"
 #include "gcpressure/error.hpp"
 #include "gcpressure/policy.hpp"
@@ -31,12 +33,6 @@ constexpr std::uint64_t k_live = 0x6763707265737321ULL;  // "gcpress!"
 constexpr std::uint64_t k_dead = 0x646561646465616dULL;
 
 thread_local std::string t_error;
-thread_local int t_in_collection = 0;
-
-struct collection_scope {
-  collection_scope() { ++t_in_collection; }
-  ~collection_scope() { --t_in_collection; }
-};
 
 // A C caller may store any int in an enum field; in C++ loading an
 // out-of-range value through the enum type is undefined, so read the bits.
@@ -53,11 +49,10 @@ gcpressure_status fail(gcpressure_status s, std::string msg) {
 }
 
 // Note [No nested collections]: a callback may run runtime code (a
-// finalizer) that allocates; that allocation may reach the policy again (its
-// hook, or the reclaim ladder's collector steps) while this thread is still
-// inside a collection. Runtime collectors are not re-entrant (Lua's, CPython's
-// refuse or corrupt), so a nested request is a no-op here: the outer
-// collection is already doing the work.
+// finalizer) that allocates; the policy calls every callback inside its
+// collection_scope, so that allocation never reaches the policy again and
+// no callback runs nested (runtime collectors are not re-entrant: Lua's and
+// CPython's refuse or corrupt).
 //
 // Note [Counting a callback runtime's collections]: each callback that
 // returns is one completed collection of the policy's (a step_full only when
@@ -69,46 +64,34 @@ class callback_collector final : public collector {
   explicit callback_collector(const gcpressure_collector_callbacks& c) : cb_(c) {}
   const char* name() const noexcept override { return "callbacks"; }
   void collect_minor() override {
-    if (t_in_collection) return;
     timed_call t(*this, cb_.minor_is_full != 0);
     cb_.minor(cb_.context);
   }
-  bool has_incremental_full() const noexcept override { return cb_.start_full && cb_.step_full; }
   bool minor_is_whole_heap() const noexcept override { return cb_.minor_is_full != 0; }
   void start_full() override {
-    if (t_in_collection) return;
     collection_scope s;
     const auto t0 = std::chrono::steady_clock::now();
     if (cb_.start_full) cb_.start_full(cb_.context);
     add_time(t0);
-    active_ = true;
   }
   bool step_full(double budget) override {
-    if (t_in_collection) return true;
     if (!cb_.step_full) {
       timed_call t(*this, true);
       cb_.full(cb_.context);
-      active_ = false;
       return true;
     }
     collection_scope s;
     const auto t0 = std::chrono::steady_clock::now();
     const bool done = cb_.step_full(cb_.context, budget) != 0;
     add_time(t0);
-    if (done) {
-      active_ = false;
-      count(true);
-    }
+    if (done) count(true);
     return done;
   }
-  bool full_in_progress() const override { return active_; }
   void collect_full() override {
-    if (t_in_collection) return;
     timed_call t(*this, true);
     cb_.full(cb_.context);
   }
   std::size_t run_finalizers() override {
-    if (t_in_collection) return 0;
     collection_scope s;
     return cb_.run_finalizers ? cb_.run_finalizers(cb_.context) : 0;
   }
@@ -158,7 +141,6 @@ class callback_collector final : public collector {
   }
 
   gcpressure_collector_callbacks cb_;
-  bool active_ = false;
   std::atomic<std::uint64_t> ours_{0}, ours_full_{0};
   std::atomic<std::int64_t> ns_{0};
 };
@@ -237,7 +219,7 @@ gcpressure_status guarded(F&& f) noexcept {
 
 #define GCP_NOT_IN_COLLECTION(what)                                                                   \
   do {                                                                                               \
-    if (t_in_collection)                                                                             \
+    if (in_collection())                                                                             \
       return fail(GCPRESSURE_ERR_BUSY, std::string("gcpressure: ") + what +                          \
                                            " called from inside a collection; not allowed there"); \
   } while (0)
@@ -308,6 +290,32 @@ const char* gcpressure_status_string(gcpressure_status s) {
 const char* gcpressure_version(void) { return "0.1.0"; }
 
 const char* const* gcpressure_policy_names(void) { return policy_names(); }
+
+// Note [Inside a collection], for a runtime's threads the callbacks do not
+// cover (its finalizer thread, CPython's gc.callbacks start and stop). Not a
+// second fact: t_c_entered only counts this thread's enters made here, so
+// that a stray leave (say, from inside a callback) cannot end the scope of
+// a collection the library is running.
+namespace {
+thread_local int t_c_entered = 0;
+}  // namespace
+
+gcpressure_status gcpressure_enter_collection(void) {
+  enter_collection();
+  ++t_c_entered;
+  return GCPRESSURE_OK;
+}
+
+gcpressure_status gcpressure_leave_collection(void) {
+  if (t_c_entered == 0)
+    return fail(GCPRESSURE_ERR_MISUSE,
+                "gcpressure_leave_collection: no gcpressure_enter_collection of this thread to end");
+  --t_c_entered;
+  leave_collection();
+  return GCPRESSURE_OK;
+}
+
+int gcpressure_in_collection(void) { return in_collection() ? 1 : 0; }
 
 gcpressure_status gcpressure_create(const gcpressure_options* o, gcpressure_allocator** out) {
   if (!o || !out) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: null options or out pointer");

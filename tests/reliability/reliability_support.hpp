@@ -94,7 +94,6 @@ class fake_collector final : public gcpressure::collector {
     finalizable_.insert(finalizable_.end(), young_.begin(), young_.end());
     young_.clear();  // blocks live now are old from here on (see epoch())
   }
-  bool has_incremental_full() const noexcept override { return true; }
   void start_full() override {
     std::lock_guard<std::mutex> lk(mu_);
     if (!full_active_) {
@@ -108,10 +107,6 @@ class fake_collector final : public gcpressure::collector {
     if (--steps_left_ > 0) return false;
     full_locked();
     return true;
-  }
-  bool full_in_progress() const override {
-    std::lock_guard<std::mutex> lk(mu_);
-    return full_active_;
   }
   void collect_full() override {
     std::lock_guard<std::mutex> lk(mu_);

@@ -28,8 +28,10 @@ class device_allocator;
 // a failure; the allocator runs the pool-side steps itself and retries the
 // allocation after every step. Re-entrancy: code the hook runs (a collection,
 // a runtime's finalizers) may allocate from the same allocator on the same
-// thread; such an allocation is served without calling the hook again, so no
-// collection ever nests inside another.
+// thread. The hook runs that code inside a collection_scope (gc_policy
+// does), and an allocation made inside one is served without calling the
+// hook, so no collection ever nests inside another (Note [Inside a
+// collection], collection_scope.hpp).
 class allocation_hook {
  public:
   virtual ~allocation_hook() = default;

@@ -5,6 +5,10 @@
 //
 // Thread safety: implementations must accept calls from any thread that the
 // runtime allows to allocate. None of these may be called from a finalizer.
+// The policy makes every call that collects or runs finalizers inside a
+// collection_scope (Note [Inside a collection]): the runtime code a call
+// runs on this thread (its finalizers) never reaches the policy again. A
+// collector that hands the work to another thread enters the scope there.
 #pragma once
 
 #include <cstddef>
@@ -48,14 +52,13 @@ class collector {
   // they free old garbage too.
   virtual bool minor_is_whole_heap() const noexcept { return false; }
 
-  // Whole-heap cycles in bounded slices. has_incremental_full() false means
-  // step_full() runs a blocking full collection in one go.
-  virtual bool has_incremental_full() const noexcept = 0;
+  // Whole-heap cycles in bounded slices. A collector without them runs a
+  // blocking full collection in step_full() and reports it completed. The
+  // policy keeps track of the cycle it started (Note [Sliced cycles]).
   // Starts a whole-heap cycle if none is in progress.
   virtual void start_full() = 0;
   // Advances the cycle for about `budget_seconds`; true when it completed.
   virtual bool step_full(double budget_seconds) = 0;
-  virtual bool full_in_progress() const = 0;
 
   // A minor collection in bounded slices (Boehm in incremental mode with a
   // time limit: its mark runs while the mutator runs). start_minor() starts

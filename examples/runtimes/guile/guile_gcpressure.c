@@ -235,6 +235,11 @@ static SCM make_heap(SCM backend, SCM hard, SCM soft, SCM policy, SCM collector,
     gcpressure_collector_callbacks_init(&cb);
     cb.minor = cb_collect;
     cb.full = cb_collect;
+    /* GC_gcollect marks the whole heap (Guile runs bdwgc non-incrementally,
+     * and GC_gcollect is a full collection even when a 'boehm heap switched
+     * incremental mode on): the policy then records these minors as
+     * blocking full collections and knows they left no old garbage. */
+    cb.minor_is_full = 1;
     cb.run_finalizers = cb_run_finalizers;
     cb.heap_bytes = cb_heap_bytes;
     cb.own_collections = cb_own_collections;

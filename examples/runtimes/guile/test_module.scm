@@ -85,7 +85,10 @@
   (check "50 MiB of dropped arrays through an 8 MiB heap, no OOM" (= (json-ref s "ooms") 0))
   (check "reserved stayed within the hard limit" (<= (json-ref s "reserved" "peak") (* 8 1048576)))
   (check "arrays were finalized" (>= (json-ref s "gc" "finalized") 150))
-  (check "the policy collected" (> (json-ref s "gc" "by_kind" "minor") 0)))
+  (check "the policy collected" (> (json-ref s "gc" "by_kind" "blocking_full") 0))
+  ;; minor_is_full: Guile's GC_gcollect marks the whole heap, so the policy
+  ;; reports its "minor" collections as the blocking full ones they are.
+  (check "no collection reported as minor" (= (json-ref s "gc" "by_kind" "minor") 0)))
 (check "live back to the start after a collection" (<= (live heap) live0))
 
 ;;; Guile's own collection and finalizer thread also release device arrays:

@@ -87,11 +87,12 @@ class boehm_collector final : public collector {
   bool has_incremental_minor() const noexcept override;
   void start_minor() override;
   bool step_minor(double budget_seconds) override;
-  bool has_incremental_full() const noexcept override;
   bool minor_is_whole_heap() const noexcept override;
   void start_full() override;
   bool step_full(double budget_seconds) override;
-  bool full_in_progress() const override;
+  // Boehm only (the policy tracks its own cycle): a whole-heap cycle that
+  // start_full() began has not completed yet. Thread-safe; finalizer-safe.
+  bool full_in_progress() const noexcept;
   void collect_full() override;
   std::size_t run_finalizers() override;
   // Process-wide (one bdwgc per process): collections == GC_get_gc_no();

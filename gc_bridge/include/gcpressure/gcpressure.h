@@ -12,6 +12,12 @@
  * they run, the runtime's finalizers may call any function marked
  * "finalizer-safe" below, on the same allocator. Functions marked "not from a
  * collection" return GCPRESSURE_ERR_BUSY when called from inside one.
+ * "Inside a collection" is a per-thread fact: the callbacks' thread while they
+ * run, and any thread between gcpressure_enter_collection and
+ * gcpressure_leave_collection (a runtime's own finalizer thread, or a
+ * collection the runtime started itself, e.g. seen through CPython's
+ * gc.callbacks). There, gcpressure_alloc starts no collection and never waits
+ * for the one in progress on another thread.
  */
 #ifndef GCPRESSURE_GCPRESSURE_H
 #define GCPRESSURE_GCPRESSURE_H
@@ -23,9 +29,10 @@
 extern "C" {
 #endif
 
-#define GCPRESSURE_API_VERSION 3 /* 2: own_collections callback, gcpressure_synchronize, gcpressure_quiet_moment_ex;
+#define GCPRESSURE_API_VERSION 4 /* 2: own_collections callback, gcpressure_synchronize, gcpressure_quiet_moment_ex;
                                     3: options.devices, gcpressure_device_count, gcpressure_device_allocator,
-                                       gcpressure_policy_names */
+                                       gcpressure_policy_names;
+                                    4: gcpressure_enter_collection / leave_collection / in_collection */
 
 typedef enum gcpressure_status {
   GCPRESSURE_OK = 0,
@@ -128,6 +135,28 @@ const char* gcpressure_version(void);
  * names from it rather than repeat them). API version 3. Thread-safe;
  * finalizer-safe. */
 const char* const* gcpressure_policy_names(void);
+
+/* Marks the calling thread as inside a collection until the matching
+ * gcpressure_leave_collection (API version 4): for a thread that runs a
+ * collection or its finalizers outside the collector callbacks, such as the
+ * runtime's own finalizer thread while it runs finalizers, or the thread of
+ * a collection the runtime started on its own (CPython: gc.callbacks "start"
+ * and "stop"). Inside, gcpressure_alloc is served without starting a
+ * collection and without waiting for one running on another thread (it
+ * fails with GCPRESSURE_ERR_OOM where only a collection would have helped),
+ * and the calls marked "not from a collection" return GCPRESSURE_ERR_BUSY.
+ * Nests (a depth, per thread); applies to every allocator. Always
+ * GCPRESSURE_OK. Thread-safe; finalizer-safe. */
+gcpressure_status gcpressure_enter_collection(void);
+/* Ends one gcpressure_enter_collection of the calling thread.
+ * GCPRESSURE_ERR_MISUSE (nothing changes) when the thread has none open, so
+ * a stray leave never ends a collection the library itself runs. Thread-safe;
+ * finalizer-safe. */
+gcpressure_status gcpressure_leave_collection(void);
+/* 1 while the calling thread is inside a collection (the callbacks' thread
+ * while they run, or between enter and leave), else 0. Thread-safe;
+ * finalizer-safe. */
+int gcpressure_in_collection(void);
 
 /* Creates an allocator for one device, or a group over options.devices:
  * the handle returned is device index 0's and the group's (Note [C handles

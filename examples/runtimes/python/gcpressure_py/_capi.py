@@ -11,7 +11,8 @@ Two handles on the same libgcpressure.so:
 * ``fast`` (ctypes.PyDLL) keeps the GIL. Only for calls that never collect,
   never wait on a lock a collection holds, and return at once
   (release_from_finalizer is a lock-free push; usage and set_limits are
-  atomics; stats_json and last_error take only short internal locks that are
+  atomics; enter/leave/in_collection touch only a thread-local depth;
+  stats_json and last_error take only short internal locks that are
   never held across a collector callback). Keeping the GIL there means a
   finalizer running inside gc.collect() does not hand the GIL to another
   thread in the middle of the collection.
@@ -201,9 +202,12 @@ class Library:
             dll.gcpressure_set_limits.argtypes = [A, c_size_t, c_size_t]
             dll.gcpressure_usage.argtypes = [A, POINTER(c_size_t), POINTER(c_size_t)]
             dll.gcpressure_stats_json.argtypes = [A, c_char_p, c_size_t, POINTER(c_size_t)]
+            for name in ("enter_collection", "leave_collection", "in_collection"):
+                getattr(dll, "gcpressure_" + name).argtypes = []
             for name in ("create", "destroy", "set_collector", "alloc", "free", "release_from_finalizer",
                          "quiet_moment", "quiet_moment_ex", "synchronize", "iteration", "collect", "drain",
-                         "trim", "set_limits", "usage", "stats_json"):
+                         "trim", "set_limits", "usage", "stats_json", "enter_collection", "leave_collection",
+                         "in_collection"):
                 getattr(dll, "gcpressure_" + name).restype = c_int
         # ABI check: the structs above must be the C ones.
         o = Options()

@@ -46,14 +46,16 @@ release it after. So Python code never runs without the GIL, and:
   not, it sleeps briefly (releasing the GIL so that the other collection can
   finish) and tries again, for at most `wait_seconds`. A collection running
   on the calling thread itself (a finalizer that allocates device memory)
-  cannot be waited for: the request is skipped (counted in `skipped`). If
-  the other thread's finalizer itself waits for this collection (it calls
-  gcpressure_collect, or runs out of memory and enters the reclaim ladder),
-  the two wait for each other until `wait_seconds` runs out: a bounded
-  stall, then the request is skipped, never a deadlock. The
+  cannot be waited for: the request is skipped (counted in `skipped`). The
+  other thread's finalizers never wait for this collection: while tracking,
+  every CPython collection is inside the library's collection scope from its
+  gc.callbacks "start" to its "stop" (gcpressure_enter_collection /
+  gcpressure_leave_collection, Note [Inside a collection] in the library),
+  so their gcpressure_alloc is served without collecting or waiting for the
+  collection lock (or fails where only a collection would help), and
+  gcpressure_collect from a finalizer returns GCPRESSURE_ERR_BUSY. The
   library, for its part, never starts a nested collection from inside its
-  hook, and gcpressure_collect called from a finalizer returns
-  GCPRESSURE_ERR_BUSY.
+  hook.
 * Note [CPython's own collections]: gc.callbacks sees every collection, with
   its generation, on the thread that runs it, start and stop. One that runs
   on a thread while that thread is inside a requested collection (_run) is
@@ -117,6 +119,8 @@ class CPythonCollector:
         self._gc_t0: dict[int, float] = {}    # thread -> start of its running collection
         self._starts: dict[int, int] = {}     # thread -> collections started on it
         self._track = False
+        self._lib: _capi.Library | None = None  # for enter/leave_collection (attach)
+        self._entered: dict[int, int] = {}    # thread -> enters it still owes a leave
         # The trampolines must live as long as any allocator may call them.
         self._minor_cb = _capi.VOID_CB(self._minor)
         self._full_cb = _capi.VOID_CB(self._full)
@@ -184,9 +188,22 @@ class CPythonCollector:
     def _on_gc(self, phase: str, info: dict) -> None:
         tid = threading.get_ident()
         if phase == "start":
+            if not self._track:  # stopped, kept only for the leaves it owes
+                return
             self._gc_t0[tid] = time.perf_counter()
             self._starts[tid] = self._starts.get(tid, 0) + 1
+            if self._lib is not None and self._lib.fast.gcpressure_enter_collection() == _capi.OK:
+                self._entered[tid] = self._entered.get(tid, 0) + 1
         else:
+            owed = self._entered.get(tid, 0)
+            if owed:  # only a leave for an enter of ours: a stop seen without its start ends nothing
+                self._lib.fast.gcpressure_leave_collection()
+                if owed == 1:
+                    del self._entered[tid]
+                else:
+                    self._entered[tid] = owed - 1
+            if not self._track:
+                return
             t0 = self._gc_t0.pop(tid, None)
             dt = time.perf_counter() - t0 if t0 is not None else 0.0
             self.python_seconds += dt
@@ -217,6 +234,7 @@ class CPythonCollector:
         caller must keep this object alive until the allocator is destroyed."""
         cb = self.callbacks()
         library.check(library.lib.gcpressure_set_collector(handle, ctypes.byref(cb)), "gcpressure_set_collector")
+        self._lib = library
         self.attached += 1
         self.start_tracking()
 
@@ -229,16 +247,22 @@ class CPythonCollector:
 
     def start_tracking(self) -> None:
         if not self._track:
-            gc.callbacks.append(self._on_gc)
+            if self._on_gc not in gc.callbacks:
+                gc.callbacks.append(self._on_gc)
             self._track = True
 
     def stop_tracking(self) -> None:
+        # A thread inside a collection now (its finalizer let the GIL go)
+        # still needs our "stop" to leave the collection scope: the callback
+        # then stays, inert but for those leaves.
         if self._track:
+            self._track = False
+            if self._entered:
+                return
             try:
                 gc.callbacks.remove(self._on_gc)
             except ValueError:
                 pass
-            self._track = False
 
     def snapshot(self) -> dict:
         return {

@@ -199,6 +199,39 @@ class Reentrancy(Base):
         self.assertEqual(a.stats()["ooms"], 0)
         a.close(collect=True)
 
+    def test_finalizer_of_an_own_collection_is_inside_a_collection(self):
+        # A collection CPython runs by itself (here the program's gc.collect())
+        # is inside the library's collection scope from gc.callbacks "start"
+        # to "stop": its finalizers allocate without collecting and may not
+        # ask for a collection (Note [Inside a collection]).
+        seen = {}
+        with gp.Allocator(hard_limit="16MiB") as a:
+            fast = a._lib.fast
+
+            class Probe:
+                def __init__(self):
+                    self.me = self
+
+                def __del__(self):
+                    seen["inside"] = fast.gcpressure_in_collection()
+                    try:
+                        a.collect()
+                        seen["collect"] = "ran"
+                    except gp.BusyError:
+                        seen["collect"] = "busy"
+                    y = a.array((1024,))
+                    del y
+                    seen["alloc"] = True
+
+            self.assertEqual(fast.gcpressure_in_collection(), 0)
+            minors0 = a.collector.requested_minor + a.collector.requested_full
+            Probe()
+            gc.collect()
+            self.assertEqual(seen, {"inside": 1, "collect": "busy", "alloc": True})
+            self.assertEqual(fast.gcpressure_in_collection(), 0, "the collection's stop did not leave the scope")
+            self.assertEqual(a.collector.requested_minor + a.collector.requested_full, minors0)
+            self.assertEqual(fast.gcpressure_leave_collection(), gp._capi.ERR_MISUSE)
+
     def test_collection_already_running_on_another_thread(self):
         # Thread B is inside gc.collect(), in a finalizer that let the GIL go.
         # A collection the library asks for meanwhile must wait for it and
