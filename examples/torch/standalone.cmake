@@ -4,6 +4,12 @@
 # found (PATH or /usr/local/cuda/bin), unless -DGCPRESSURE_WITH_CUDA=OFF (a host-only library still loads
 # and runs the host backend; install() then refuses, naming the reason).
 set(GCPRESSURE_TORCH_STANDALONE ON)
+# Optimised unless asked otherwise, as the root build: an unset build type
+# compiles without optimisation, and the allocation path is then ~4x slower
+# (measured on the H200: 3.9 vs 1.0 us per alloc+free pair).
+if(NOT CMAKE_BUILD_TYPE AND NOT CMAKE_CONFIGURATION_TYPES)
+  set(CMAKE_BUILD_TYPE Release CACHE STRING "Build type" FORCE)
+endif()
 option(GCPRESSURE_TORCH_TESTS "Standalone: add the plug-in's ctests too" OFF)
 if(GCPRESSURE_TORCH_TESTS)
   enable_testing()
