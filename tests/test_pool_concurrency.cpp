@@ -1,5 +1,5 @@
 // Pool waits run outside the pool lock (Note [Waiting outside the lock] in
-// core/src/pool_resource.cpp): a thread blocked in wait_pending() or
+// core/src/pool_streams.cpp): a thread blocked in wait_pending() or
 // forget_stream() on a slow stream does not stall another thread's pool hit,
 // and a free made during that wait stays unsafe for other streams.
 #include <gtest/gtest.h>
