@@ -12,13 +12,13 @@
 
 #include "gcpressure/host_resource.hpp"
 #include "gcpressure/pool_resource.hpp"
+#include "test_support.hpp"
 
 using namespace gcpressure;
 using namespace std::chrono_literals;
 
 namespace {
 
-constexpr std::size_t KiB = std::size_t{1} << 10;
 constexpr std::size_t big = std::size_t{2} << 20;  // above the small-pool threshold
 
 // host_stream_ops() that counts the threads blocked in synchronize(), so a
