@@ -13,7 +13,9 @@
 // (covering every free on S so far) and remember its sequence number. Once
 // that event has completed, every block of S freed before it is "safe": any
 // stream may take it. Recording the event later than the free is conservative,
-// never wrong. No device-wide synchronisation is ever needed.
+// never wrong. Reuse never needs a device-wide synchronisation (the `cuda`
+// backend's cudaFree, when trim returns a segment upstream, does
+// synchronize the device: docs/DESIGN.md, Invariants).
 #include <algorithm>
 #include <exception>
 #include <vector>

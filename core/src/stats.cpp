@@ -1,3 +1,6 @@
+// Statistics as people and programs read them: the names of ladder steps,
+// collection kinds and reasons, to_text and to_json of allocator_stats (the
+// JSON keys are a contract: add, never rename).
 #include "gcpressure/stats.hpp"
 
 #include <cstdio>
