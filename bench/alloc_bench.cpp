@@ -115,7 +115,7 @@ struct bench_stream {
 
 // Pool hits while n-1 other threads hit the same pool: what the pool lock
 // costs under contention (Note [Waiting outside the lock] in
-// core/src/pool_resource.cpp keeps event waits out of it).
+// core/src/pool_streams.cpp keeps event waits out of it).
 void pool_hit_threads(benchmark::State& state, int threads) {
   constexpr std::size_t bytes = 4096;
   const bool cuda = gcp::cuda_available();

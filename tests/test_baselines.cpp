@@ -17,12 +17,11 @@
 #include "gcpressure/allocator.hpp"
 #include "gcpressure/error.hpp"
 #include "gcpressure/policy.hpp"
+#include "test_support.hpp"
 
 namespace {
 
 using namespace gcp_test;
-constexpr std::size_t MiB = std::size_t{1} << 20;
-constexpr std::size_t KiB = std::size_t{1} << 10;
 
 // What fake_collector does not keep: the seconds its collections cost, in
 // counters(), and whole-heap collections the runtime runs by itself that

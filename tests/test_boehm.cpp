@@ -28,87 +28,29 @@
 // Finalizers may run on the finalizer thread concurrently with the test's own
 // GC_invoke_finalizers; settle() polls (≤ 2 s) until the expected state
 // rather than assuming which thread got there first.
-#ifndef GC_THREADS
-#define GC_THREADS 1
-#endif
-#include <gc/gc.h>
-#include <gc/gc_inline.h>  // GC_I_PTRFREE
-#include <gc/gc_mark.h>
+#include "boehm_test_support.hpp"
 
-#include <gtest/gtest.h>
+#include <gc/gc_inline.h>  // GC_I_PTRFREE
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
-#include <functional>
 #include <future>
 #include <string>
-#include <thread>
-#include <vector>
 
-#include "gcpressure/boehm.hpp"
-#include "gcpressure/error.hpp"
-
-namespace gcp = gcpressure;
-namespace gb = gcpressure::boehm;
 using namespace std::chrono_literals;
+using gcp_test::clear_stack;
+using gcp_test::no_automatic_full;
+using gcp_test::settle;
 
 namespace {
 
-constexpr std::size_t MiB = std::size_t{1} << 20;
-
-class boehm_env : public ::testing::Environment {
- public:
-  void SetUp() override { gb::init(); }
-};
-[[maybe_unused]] auto* const g_env = ::testing::AddGlobalTestEnvironment(new boehm_env);
+[[maybe_unused]] const bool g_env = gcp_test::init_boehm_first();
 
 gcp::allocator_options host_opts(std::size_t hard, std::size_t soft = 0) {
-  gcp::allocator_options o;
-  o.backend = gcp::backend_kind::host;
-  o.host_capacity = std::size_t{4} << 30;
-  o.hard_limit.bytes = hard;
-  if (soft) o.soft_limit.bytes = soft;
-  return o;
+  return gcp_test::host_opts(hard, soft, std::size_t{4} << 30);
 }
-
-// Note [Exact accounting under a conservative collector]
-[[gnu::noinline]] void clear_stack() {
-  char buf[256 * 1024];
-  std::memset(buf, 0, sizeof buf);
-  asm volatile("" : : "r"(buf) : "memory");  // the stores must happen
-}
-
-// Polls `done` for up to `limit`, running finalizers and draining meanwhile.
-bool settle(gb::device_heap& h, const std::function<bool()>& done, std::chrono::milliseconds limit = 2000ms) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  for (;;) {
-    h.gc().run_finalizers();
-    h.allocator().drain();
-    if (done()) return true;
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-}
-
-void* GC_CALLBACK swap_full_freq(void* p) {
-  auto* v = static_cast<int*>(p);
-  const int old = GC_get_full_freq();
-  GC_set_full_freq(*v);
-  *v = old;
-  return nullptr;
-}
-// Boehm makes every GC_full_freq-th collection a full one on its own; a test
-// of what partial collections do must not meet one.
-struct no_automatic_full {
-  int saved = 1000000;
-  no_automatic_full() { GC_call_with_alloc_lock(swap_full_freq, &saved); }
-  ~no_automatic_full() { GC_call_with_alloc_lock(swap_full_freq, &saved); }
-};
 
 // A blocking full collection (+ finalizers + drain). The stack is cleared
 // from the caller's level: a helper cannot clear its own frame, and its

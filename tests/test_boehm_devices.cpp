@@ -18,8 +18,6 @@ using gcp_test::clear_stack;
 
 namespace {
 
-constexpr std::size_t MiB = std::size_t{1} << 20;
-
 std::vector<gcp::allocator_options> two_host_devices(std::size_t hard0, std::size_t hard1) {
   std::vector<gcp::allocator_options> v(2);
   for (int i = 0; i < 2; ++i) {

@@ -3,41 +3,13 @@
 // the one owner of process-wide Boehm state (boehm_runtime), teardown.
 // Built into test_boehm; each case runs in its own process (ctest), so
 // Boehm's process-wide counters start fresh for each.
-#ifndef GC_THREADS
-#define GC_THREADS 1
-#endif
-#include <gc/gc.h>
-
-#include <gtest/gtest.h>
+#include "boehm_test_support.hpp"
 
 #include <atomic>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <functional>
-#include <thread>
-#include <vector>
 
-#include "gcpressure/boehm.hpp"
-#include "gcpressure/error.hpp"
-#include "test_support.hpp"
-
-namespace gcp = gcpressure;
-namespace gb = gcpressure::boehm;
-
-namespace {
-
-constexpr std::size_t MiB = std::size_t{1} << 20;
-
-gcp::allocator_options host_opts(std::size_t hard) {
-  gcp::allocator_options o;
-  o.backend = gcp::backend_kind::host;
-  o.host_capacity = std::size_t{1} << 30;
-  o.hard_limit.bytes = hard;
-  return o;
-}
-
-}  // namespace
+using gcp_test::host_opts;
+using gcp_test::swap_full_freq;
 
 // --- the sync hint ------------------------------------------------------------
 
@@ -78,14 +50,6 @@ void bracket(std::uint64_t* inside, F&& call) {
   const GC_word before = GC_get_gc_no();
   call();
   *inside += GC_get_gc_no() - before;
-}
-
-void* GC_CALLBACK swap_full_freq(void* p) {
-  auto* v = static_cast<int*>(p);
-  const int old = GC_get_full_freq();
-  GC_set_full_freq(*v);
-  *v = old;
-  return nullptr;
 }
 
 }  // namespace

@@ -24,8 +24,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr std::size_t MiB = std::size_t{1} << 20;
-
 gcp::allocator_options host_limit(std::size_t hard) {
   gcp::allocator_options o;
   o.backend = gcp::backend_kind::host;

@@ -22,8 +22,6 @@ using gcp_test::env_guard;
 
 namespace {
 
-constexpr std::size_t KiB = std::size_t{1} << 10;
-constexpr std::size_t MiB = std::size_t{1} << 20;
 constexpr std::size_t GiB = std::size_t{1} << 30;
 constexpr std::size_t TiB = std::size_t{1} << 40;
 

@@ -26,7 +26,6 @@ using gcp_test::misuse_capture;
 
 namespace {
 
-constexpr std::size_t MiB = std::size_t{1} << 20;
 constexpr std::size_t kHostCapacity = 512 * MiB;
 constexpr std::size_t kLimit = 256 * MiB;
 

@@ -17,21 +17,15 @@
 #include "gcpressure/cuda_resource.hpp"
 #include "gcpressure/error.hpp"
 #include "gcpressure/pool_resource.hpp"
+#include "test_support.hpp"
 
 namespace gcp = gcpressure;
+using gcp_test::cuda_stream;
+using gcp_test::count_not;
 
 namespace {
 
-constexpr std::size_t KiB = 1024, MiB = 1024 * KiB;
 constexpr unsigned long long ms = 1000ull * 1000ull;  // nanoseconds
-
-struct cuda_stream {
-  gcp::stream_ref s = gcp::cuda_stream_create();
-  cuda_stream() = default;
-  cuda_stream(const cuda_stream&) = delete;
-  cuda_stream& operator=(const cuda_stream&) = delete;
-  ~cuda_stream() { gcp::cuda_stream_destroy(s); }
-};
 
 bool aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % gcp::alignment == 0; }
 
@@ -41,14 +35,6 @@ bool overlaps(const void* a, const void* b, std::size_t bytes) {
 }
 
 // Bytes of device block `p` that differ from `value` (reads synchronously on `s`).
-std::size_t count_not(const void* p, std::size_t bytes, unsigned char value, gcp::stream_ref s) {
-  std::vector<unsigned char> host(bytes);
-  gcp::cuda_memcpy_to_host(host.data(), p, bytes, s);
-  std::size_t bad = 0;
-  for (unsigned char c : host) bad += c != value;
-  return bad;
-}
-
 // Writes a position-dependent pattern, reads it back, compares.
 void round_trip(void* p, std::size_t bytes, gcp::stream_ref s) {
   std::vector<unsigned char> out(bytes), in(bytes, 0);

@@ -24,9 +24,6 @@ using gcp_test::host_limits;
 
 namespace {
 
-constexpr std::size_t KiB = std::size_t{1} << 10;
-constexpr std::size_t MiB = std::size_t{1} << 20;
-
 // Two devices, one collector, one policy (or, with `one_device`, the same
 // first device alone: the control run). An empty name: start() makes the
 // policy later.

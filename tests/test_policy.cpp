@@ -28,15 +28,15 @@
 #include "gcpressure/policy.hpp"
 #include "gcpressure/stats.hpp"
 #include "fake_runtime.hpp"
+#include "test_support.hpp"
 
 namespace gcp = gcpressure;
 using namespace std::chrono_literals;
 using gcp_test::fake_collector;
+using gcp_test::host_opts;
 using gcp_test::timeline;
 
 namespace {
-
-constexpr std::size_t MiB = std::size_t{1} << 20;
 
 // An upstream that logs what reaches it (segments the pool returns).
 class recording_upstream final : public gcp::device_resource {
@@ -74,15 +74,6 @@ class recording_hook final : public gcp::allocation_hook {
   gcp::allocation_hook& inner_;
   timeline& log_;
 };
-
-gcp::allocator_options host_opts(std::size_t hard, std::size_t soft = 0) {
-  gcp::allocator_options o;
-  o.backend = gcp::backend_kind::host;
-  o.host_capacity = std::size_t{1} << 30;
-  o.hard_limit.bytes = hard;
-  if (soft) o.soft_limit.bytes = soft;
-  return o;
-}
 
 // Allocator + fake collector + a policy by name.
 struct rig {

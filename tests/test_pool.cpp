@@ -23,12 +23,25 @@ using gcp_test::misuse_capture;
 
 namespace {
 
-constexpr std::size_t KiB = std::size_t{1} << 10;
-constexpr std::size_t MiB = std::size_t{1} << 20;
-
 bool overlap(const void* a, std::size_t an, const void* b, std::size_t bn) {
   auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
   return x < y + bn && y < x + an;
+}
+
+// Allocates `n` bytes on `s`, queues a slow "kernel" on `s` (100 ms, then
+// write(p), then `done`) and frees the block on `s`, stream-ordered behind
+// that kernel. Returns the block.
+template <class Write>
+void* free_behind_slow_kernel(pool_resource& pool, host_stream& s, std::size_t n, std::atomic<bool>& done,
+                              Write write) {
+  void* p = pool.allocate(n, s.ref());
+  s.enqueue([p, &done, write] {
+    std::this_thread::sleep_for(100ms);
+    write(p);
+    done = true;
+  });
+  pool.deallocate(p, n, s.ref());
+  return p;
 }
 
 }  // namespace
@@ -368,14 +381,8 @@ TEST(PoolStreams, NotReusedOnOtherStreamBeforeWorkRan) {
   host_stream A, B;  // streams outlive the pool (see StreamDestroyedWhileItsBlocksAreCached)
   pool_resource pool(h);
   constexpr std::size_t n = 4096;
-  void* p = pool.allocate(n, A.ref());
   std::atomic<bool> done{false};
-  A.enqueue([p, &done] {
-    std::this_thread::sleep_for(100ms);  // a slow "kernel" on A that writes p
-    gcp_test::fill_pattern(p, n, 4242);
-    done = true;
-  });
-  pool.deallocate(p, n, A.ref());  // stream-ordered: after the kernel
+  void* p = free_behind_slow_kernel(pool, A, n, done, [](void* b) { gcp_test::fill_pattern(b, n, 4242); });
   void* q = pool.allocate(n, B.ref());
   const bool done_at_alloc = done.load();
   EXPECT_TRUE(!overlap(p, n, q, n) || done_at_alloc)
@@ -397,14 +404,8 @@ TEST(PoolStreams, ReusedAtOnceOnSameStream) {
   host_stream A;
   pool_resource pool(h);
   constexpr std::size_t n = 4096;
-  void* p = pool.allocate(n, A.ref());
   std::atomic<bool> done{false};
-  A.enqueue([p, &done] {
-    std::this_thread::sleep_for(100ms);
-    std::memset(p, 0xA1, n);
-    done = true;
-  });
-  pool.deallocate(p, n, A.ref());
+  void* p = free_behind_slow_kernel(pool, A, n, done, [](void* b) { std::memset(b, 0xA1, n); });
   const auto ups = pool.counters().upstream_allocations;
   void* q = pool.allocate(n, A.ref());  // later work on A runs after the kernel: safe
   EXPECT_FALSE(done.load()) << "test precondition: A's work should still be queued";
@@ -419,14 +420,8 @@ TEST(PoolStreams, ReusableOnOtherStreamAfterWaitPending) {
   host_stream A, B;  // streams outlive the pool (see StreamDestroyedWhileItsBlocksAreCached)
   pool_resource pool(h);
   constexpr std::size_t n = 4096;
-  void* p = pool.allocate(n, A.ref());
   std::atomic<bool> done{false};
-  A.enqueue([p, &done] {
-    std::this_thread::sleep_for(100ms);
-    std::memset(p, 0xA2, n);
-    done = true;
-  });
-  pool.deallocate(p, n, A.ref());
+  void* p = free_behind_slow_kernel(pool, A, n, done, [](void* b) { std::memset(b, 0xA2, n); });
   EXPECT_GE(pool.counters().pending_blocks, 1u) << "a block freed behind queued work should be pending";
   const std::size_t waited = pool.wait_pending();
   EXPECT_GE(waited, 1u);

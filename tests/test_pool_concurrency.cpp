@@ -1,5 +1,5 @@
 // Pool waits run outside the pool lock (Note [Waiting outside the lock] in
-// core/src/pool_resource.cpp): a thread blocked in wait_pending() or
+// core/src/pool_streams.cpp): a thread blocked in wait_pending() or
 // forget_stream() on a slow stream does not stall another thread's pool hit,
 // and a free made during that wait stays unsafe for other streams.
 #include <gtest/gtest.h>
@@ -12,13 +12,13 @@
 
 #include "gcpressure/host_resource.hpp"
 #include "gcpressure/pool_resource.hpp"
+#include "test_support.hpp"
 
 using namespace gcpressure;
 using namespace std::chrono_literals;
 
 namespace {
 
-constexpr std::size_t KiB = std::size_t{1} << 10;
 constexpr std::size_t big = std::size_t{2} << 20;  // above the small-pool threshold
 
 // host_stream_ops() that counts the threads blocked in synchronize(), so a

@@ -19,6 +19,7 @@
 #include "gcpressure/allocator.hpp"
 #include "gcpressure/policy.hpp"
 #include "gcpressure/stats.hpp"
+#include "test_support.hpp"
 
 namespace gcp = gcpressure;
 using gcp_test::fake_clock;
@@ -28,7 +29,6 @@ using gcp_test::host_limits;
 
 namespace {
 
-constexpr std::size_t MiB = std::size_t{1} << 20;
 constexpr double ms = 1e-3;
 
 // One process: clock, device, collector, allocator, policy.

@@ -9,6 +9,9 @@
 // - clear_stack / settle: exact accounting under a conservative collector.
 // - json_check: a small strict JSON syntax checker that collects object keys.
 // - expect_rejected: the call must throw one of the library's exception types.
+// - KiB / MiB, host_opts (host-backend allocator options), cuda_stream.
+// The Boehm half (gc.h, boehm::init, settling a heap) is
+// tests/boehm_test_support.hpp.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -37,9 +40,45 @@
 #include <utility>
 #include <vector>
 
+#include "gcpressure/allocator.hpp"
+#include "gcpressure/cuda_resource.hpp"
 #include "gcpressure/error.hpp"
 
+inline constexpr std::size_t KiB = std::size_t{1} << 10;
+inline constexpr std::size_t MiB = std::size_t{1} << 20;
+
 namespace gcp_test {
+
+// Allocator options over the host backend: `capacity` bytes of "device",
+// a hard limit, and a soft limit when `soft` is non-zero.
+inline gcpressure::allocator_options host_opts(std::size_t hard, std::size_t soft = 0,
+                                               std::size_t capacity = std::size_t{1} << 30) {
+  gcpressure::allocator_options o;
+  o.backend = gcpressure::backend_kind::host;
+  o.host_capacity = capacity;
+  o.hard_limit.bytes = hard;
+  if (soft) o.soft_limit.bytes = soft;
+  return o;
+}
+
+// A CUDA stream for the test's scope (the GPU tests; throws without CUDA).
+struct cuda_stream {
+  gcpressure::stream_ref s = gcpressure::cuda_stream_create();
+  cuda_stream() = default;
+  cuda_stream(const cuda_stream&) = delete;
+  cuda_stream& operator=(const cuda_stream&) = delete;
+  ~cuda_stream() { gcpressure::cuda_stream_destroy(s); }
+};
+
+// How many of the `bytes` device bytes at `p` differ from `value` (copied to
+// the host on stream `s`).
+inline std::size_t count_not(const void* p, std::size_t bytes, unsigned char value, gcpressure::stream_ref s) {
+  std::vector<unsigned char> host(bytes);
+  gcpressure::cuda_memcpy_to_host(host.data(), p, bytes, s);
+  std::size_t bad = 0;
+  for (unsigned char c : host) bad += c != value;
+  return bad;
+}
 
 // ---------------------------------------------------------------------------
 // Misuse handler capture.
@@ -263,57 +302,41 @@ class json_check {
       default: return number();
     }
   }
-  bool object(int depth) {
-    ++pos_;  // {
+  // One comma-separated sequence after its opening bracket, up to `close`;
+  // `element` parses one member (object) or element (array).
+  template <class Element>
+  bool sequence(char close, Element&& element) {
+    ++pos_;  // the opening bracket
     ws();
-    if (pos_ < s_.size() && s_[pos_] == '}') {
-      ++pos_;
-      return true;
-    }
+    if (eat(close)) return true;
     for (;;) {
       ws();
+      if (!element()) return false;
+      ws();
+      if (eat(',')) continue;
+      if (eat(close)) return true;
+      return fail(close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
+    }
+  }
+  bool eat(char c) {
+    if (pos_ >= s_.size() || s_[pos_] != c) return false;
+    ++pos_;
+    return true;
+  }
+  bool object(int depth) {
+    return sequence('}', [&] {
       if (pos_ >= s_.size() || s_[pos_] != '"') return fail("expected key");
       std::string key;
       if (!string(key)) return false;
       keys_.insert(key);
       ws();
-      if (pos_ >= s_.size() || s_[pos_] != ':') return fail("expected ':'");
-      ++pos_;
+      if (!eat(':')) return fail("expected ':'");
       ws();
-      if (!value(depth + 1)) return false;
-      ws();
-      if (pos_ < s_.size() && s_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      if (pos_ < s_.size() && s_[pos_] == '}') {
-        ++pos_;
-        return true;
-      }
-      return fail("expected ',' or '}'");
-    }
+      return value(depth + 1);
+    });
   }
   bool array(int depth) {
-    ++pos_;  // [
-    ws();
-    if (pos_ < s_.size() && s_[pos_] == ']') {
-      ++pos_;
-      return true;
-    }
-    for (;;) {
-      ws();
-      if (!value(depth + 1)) return false;
-      ws();
-      if (pos_ < s_.size() && s_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      if (pos_ < s_.size() && s_[pos_] == ']') {
-        ++pos_;
-        return true;
-      }
-      return fail("expected ',' or ']'");
-    }
+    return sequence(']', [&] { return value(depth + 1); });
   }
   bool string(std::string& out) {
     ++pos_;  // "

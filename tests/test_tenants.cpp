@@ -22,12 +22,12 @@
 #include "gcpressure/host_resource.hpp"
 #include "gcpressure/policy.hpp"
 #include "gcpressure/stats.hpp"
+#include "test_support.hpp"
 
 namespace gcp = gcpressure;
 
 namespace {
 
-constexpr std::size_t MiB = std::size_t{1} << 20;
 
 // A fresh, empty file for a shared capacity; removed at the end.
 struct temp_file {

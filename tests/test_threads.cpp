@@ -24,8 +24,6 @@ using gcp_test::run_with_watchdog;
 
 namespace {
 
-constexpr std::size_t KiB = std::size_t{1} << 10;
-constexpr std::size_t MiB = std::size_t{1} << 20;
 constexpr int kThreads = 8;
 constexpr auto kWatchdog = std::chrono::seconds(120);
 

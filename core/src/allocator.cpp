@@ -68,20 +68,19 @@ std::unique_ptr<device_resource> make_resource(const allocator_options& o) {
 }
 
 allocator_options allocator_options::from_config(const config& c) {
-  allocator_options o;
+  allocator_options o{.device = c.device,
+                      .host_capacity = c.host_capacity,
+                      .host_shared = c.host_shared,
+                      .soft_limit = c.soft_limit,
+                      .hard_limit = c.hard_limit,
+                      .pool = c.pool,
+                      .async_release_threshold = c.async_release_threshold};
   switch (c.backend) {
     case backend_choice::automatic: o.backend = cuda_available() ? backend_kind::cuda_async : backend_kind::host; break;
     case backend_choice::host: o.backend = backend_kind::host; break;
     case backend_choice::cuda: o.backend = backend_kind::cuda; break;
     case backend_choice::cuda_async: o.backend = backend_kind::cuda_async; break;
   }
-  o.device = c.device;
-  o.host_capacity = c.host_capacity;
-  o.host_shared = c.host_shared;
-  o.soft_limit = c.soft_limit;
-  o.hard_limit = c.hard_limit;
-  o.pool = c.pool;
-  o.async_release_threshold = c.async_release_threshold;
   return o;
 }
 

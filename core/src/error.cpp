@@ -1,3 +1,7 @@
+// Errors and misuse: the precondition failures (throw_logic_error, with the
+// source position), the process-wide misuse handler and report_misuse, the
+// one exception-to-error mapping of the C boundaries
+// (classify_current_exception), and backend names (to_string(backend_kind)).
 #include "gcpressure/error.hpp"
 
 #include <atomic>

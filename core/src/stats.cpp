@@ -1,6 +1,10 @@
+// Statistics as people and programs read them: the names of ladder steps,
+// collection kinds and reasons, to_text and to_json of allocator_stats (the
+// JSON keys are a contract: add, never rename).
 #include "gcpressure/stats.hpp"
 
 #include <cstdio>
+#include <iterator>
 #include <sstream>
 
 #include "gcpressure/config.hpp"
@@ -8,38 +12,29 @@
 
 namespace gcpressure {
 
-const char* to_string(ladder_step s) noexcept {
-  switch (s) {
-    case ladder_step::release_cache: return "release_cache";
-    case ladder_step::finish_and_drain: return "finish_and_drain";
-    case ladder_step::wait_streams: return "wait_streams";
-    case ladder_step::full_collection: return "full_collection";
-    case ladder_step::full_collection_2: return "full_collection_2";
-    case ladder_step::drain: return "drain";
-    case ladder_step::trim: return "trim";
-  }
-  return "?";
+namespace {
+
+// Names by enumerator value: these enums count from 0 without gaps and each
+// has a *_count, which the static_asserts hold the tables to.
+template <class E, std::size_t N>
+const char* name_of(E v, const char* const (&names)[N]) noexcept {
+  const auto i = static_cast<std::size_t>(v);
+  return i < N ? names[i] : "?";
 }
 
-const char* to_string(gc_kind k) noexcept {
-  switch (k) {
-    case gc_kind::minor: return "minor";
-    case gc_kind::incremental_full: return "incremental_full";
-    case gc_kind::blocking_full: return "blocking_full";
-  }
-  return "?";
-}
+constexpr const char* k_ladder_step_names[] = {"release_cache",     "finish_and_drain", "wait_streams", "full_collection",
+                                               "full_collection_2", "drain",            "trim"};
+constexpr const char* k_gc_kind_names[] = {"minor", "incremental_full", "blocking_full"};
+constexpr const char* k_gc_reason_names[] = {"early", "quiet_moment", "ladder", "user", "baseline"};
+static_assert(std::size(k_ladder_step_names) == ladder_step_count);
+static_assert(std::size(k_gc_kind_names) == gc_kind_count);
+static_assert(std::size(k_gc_reason_names) == gc_reason_count);
 
-const char* to_string(gc_reason r) noexcept {
-  switch (r) {
-    case gc_reason::early: return "early";
-    case gc_reason::quiet_moment: return "quiet_moment";
-    case gc_reason::ladder: return "ladder";
-    case gc_reason::user: return "user";
-    case gc_reason::baseline: return "baseline";
-  }
-  return "?";
-}
+}  // namespace
+
+const char* to_string(ladder_step s) noexcept { return name_of(s, k_ladder_step_names); }
+const char* to_string(gc_kind k) noexcept { return name_of(k, k_gc_kind_names); }
+const char* to_string(gc_reason r) noexcept { return name_of(r, k_gc_reason_names); }
 
 namespace {
 

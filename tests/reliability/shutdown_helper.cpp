@@ -26,27 +26,15 @@
 // The cuda-* modes print "skipped" and exit 77 (skip_exit_code in
 // test_shutdown.cpp) without a usable GPU: a skip, never a pass.
 // A check that fails exits with status 3 and a message on stderr.
-#ifndef GC_THREADS
-#define GC_THREADS 1
-#endif
-#include <gc/gc.h>
+#include "boehm_test_support.hpp"
 
-#include <atomic>
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <string>
-#include <thread>
 #include <unistd.h>
 
-#include "gcpressure/boehm.hpp"
-#include "test_support.hpp"
-#include "gcpressure/cuda_resource.hpp"
-#include "gcpressure/error.hpp"
+#include <atomic>
+#include <cstdlib>
+#include <string>
 
-namespace gcp = gcpressure;
-namespace gb = gcpressure::boehm;
+#include "gcpressure/cuda_resource.hpp"
 
 namespace {
 
@@ -63,7 +51,7 @@ bool g_ready = false;  // set up done (the atexit handlers do nothing otherwise)
   _exit(3);
 }
 
-using gcp_test::clear_stack;  // tests/test_support.hpp
+using gcp_test::clear_stack;
 
 gcp::allocator_options opts() {
   gcp::allocator_options o;

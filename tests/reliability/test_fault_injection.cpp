@@ -40,8 +40,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr std::size_t KiB = 1024, MiB = 1024 * KiB;
-
 bool contains(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
 
 // --- the adaptor itself ----------------------------------------------------------

@@ -18,63 +18,28 @@
 //  - GpuShutdown.DocumentedLeak*: a heap destroyed while its handles are live
 //    and a kernel still runs: a message and a documented leak of the device
 //    memory, then handles refuse use; excluded from leak-checking runs.
-#ifndef GC_THREADS
-#define GC_THREADS 1
-#endif
-#include <gc/gc.h>
-
-#include <gtest/gtest.h>
+#include "boehm_test_support.hpp"
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdint>
-#include <cstring>
-#include <functional>
 #include <memory>
 #include <string>
-#include <thread>
-#include <vector>
 
-#include "gcpressure/allocator.hpp"
-#include "gcpressure/boehm.hpp"
 #include "gcpressure/cuda_resource.hpp"
-#include "gcpressure/error.hpp"
 #include "fault_injection.hpp"
 #include "reliability_support.hpp"
 
-namespace gcp = gcpressure;
-namespace gb = gcpressure::boehm;
 using namespace std::chrono_literals;
+using gcp_test::clear_stack;
+using gcp_test::cuda_stream;
+using gcp_test::count_not;
 
 namespace {
 
-constexpr std::size_t KiB = 1024, MiB = 1024 * KiB;
 constexpr unsigned long long ms_ns = 1000ull * 1000ull;
 
-class boehm_env : public ::testing::Environment {
- public:
-  void SetUp() override { gb::init(); }
-};
-[[maybe_unused]] auto* const g_env = ::testing::AddGlobalTestEnvironment(new boehm_env);
-
-struct cuda_stream {
-  gcp::stream_ref s = gcp::cuda_stream_create();
-  cuda_stream() = default;
-  cuda_stream(const cuda_stream&) = delete;
-  cuda_stream& operator=(const cuda_stream&) = delete;
-  ~cuda_stream() { gcp::cuda_stream_destroy(s); }
-};
-
-using gcp_test::clear_stack;  // tests/test_support.hpp
-
-std::size_t count_not(const void* p, std::size_t bytes, unsigned char value, gcp::stream_ref s) {
-  std::vector<unsigned char> host(bytes);
-  gcp::cuda_memcpy_to_host(host.data(), p, bytes, s);
-  std::size_t bad = 0;
-  for (unsigned char c : host) bad += c != value;
-  return bad;
-}
+[[maybe_unused]] const bool g_env = gcp_test::init_boehm_first();
 
 bool overlaps(const void* a, std::size_t n, const void* b, std::size_t m) {
   const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);

@@ -4,12 +4,7 @@
 // concurrently with the heap's destruction: never a crash, a hang or a
 // use-after-free (the ASan build runs these and would report one). Allocators
 // destroyed with live blocks: test_shutdown_core.cpp.
-#ifndef GC_THREADS
-#define GC_THREADS 1
-#endif
-#include <gc/gc.h>
-
-#include <gtest/gtest.h>
+#include "boehm_test_support.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -18,40 +13,23 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
-#include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
-#include <thread>
-#include <vector>
 
-#include "gcpressure/allocator.hpp"
-#include "gcpressure/boehm.hpp"
-#include "gcpressure/error.hpp"
 #include "reliability_support.hpp"
 
 extern char** environ;
 
-namespace gcp = gcpressure;
-namespace gb = gcpressure::boehm;
 using namespace std::chrono_literals;
+using gcp_test::clear_stack;
 
 namespace {
 
-constexpr std::size_t KiB = 1024, MiB = 1024 * KiB;
-
-class boehm_env : public ::testing::Environment {
- public:
-  void SetUp() override { gb::init(); }
-};
-[[maybe_unused]] auto* const g_env = ::testing::AddGlobalTestEnvironment(new boehm_env);
-
-using gcp_test::clear_stack;  // tests/test_support.hpp
+[[maybe_unused]] const bool g_env = gcp_test::init_boehm_first();
 
 // --- subprocesses --------------------------------------------------------------------
 

@@ -18,8 +18,6 @@ namespace gcp = gcpressure;
 
 namespace {
 
-constexpr std::size_t KiB = 1024, MiB = 1024 * KiB;
-
 // --- in process: allocators destroyed with live blocks ------------------------------------
 
 // The allocator's destructor reports the live blocks and leaks them: memory a

@@ -10,47 +10,26 @@
 // GCPRESSURE_SOAK_ALLOCS sets the total (default 1000000; 250000 in the
 // sanitizer builds, docs/RELIABILITY.md). The Release CI run does the full
 // 10^6.
-#ifndef GC_THREADS
-#define GC_THREADS 1
-#endif
-#include <gc/gc.h>
-#include <gc/gc_mark.h>  // GC_is_marked
-
-#include <gtest/gtest.h>
+#include "boehm_test_support.hpp"
 
 #include <atomic>
-#include <chrono>
-#include <cstdio>
-#include <cstring>
-#include <functional>
-#include <thread>
-#include <vector>
 
-#include "gcpressure/boehm.hpp"
-#include "gcpressure/error.hpp"
 #include "gc_roots.hpp"
 #include "reliability_support.hpp"
 
-namespace gcp = gcpressure;
-namespace gb = gcpressure::boehm;
 using namespace std::chrono_literals;
+using gcp_test::clear_stack;
+using gcp_test::settle;
 
 namespace {
 
-constexpr std::size_t KiB = 1024, MiB = 1024 * KiB;
-
-class boehm_env : public ::testing::Environment {
- public:
-  void SetUp() override {
-    gb::runtime_options o;
-    o.incremental = true;
-    o.finalizer_thread = true;
-    gb::init(o);
-  }
-};
-[[maybe_unused]] auto* const g_env = ::testing::AddGlobalTestEnvironment(new boehm_env);
-
-using gcp_test::clear_stack;  // tests/test_support.hpp
+gb::runtime_options incremental_with_finalizer_thread() {
+  gb::runtime_options o;
+  o.incremental = true;
+  o.finalizer_thread = true;
+  return o;
+}
+[[maybe_unused]] const bool g_env = gcp_test::init_boehm_first(incremental_with_finalizer_thread());
 
 struct thread_stats {
   std::uint64_t allocs = 0, unsafe_frees = 0, ooms = 0, other_errors = 0, bad_data = 0;
@@ -102,17 +81,6 @@ struct thread_stats {
   }
   for (auto*& b : live) b = nullptr;
   clear_stack();
-}
-
-// Polls `done`, running finalizers and draining meanwhile.
-template <class Done>
-bool settle(gb::device_heap& h, Done&& done, std::chrono::milliseconds limit) {
-  return gcp_test::settle(
-      [&] {
-        h.gc().run_finalizers();
-        h.allocator().drain();
-      },
-      done, limit);
 }
 
 [[gnu::noinline]] void full_collect(gb::device_heap& h) {

@@ -4,7 +4,7 @@
 // requests up to 1 MiB come from 2 MiB "small" segments, up to 10 MiB from
 // 20 MiB segments, larger ones get their own segment rounded to 2 MiB. Free
 // blocks are indexed per owning stream. See Note [Stream-aware reuse] in
-// pool_resource.cpp.
+// core/src/pool_streams.cpp.
 //
 // Thread safety: all members are thread-safe. From a finalizer: no (takes the
 // pool lock); finalizers queue frees instead (deferred_free_queue).
