@@ -224,6 +224,18 @@ gcpressure_status guarded(F&& f) noexcept {
                                            " called from inside a collection; not allowed there"); \
   } while (0)
 
+// A hint to the group's policy (none without a registered collector: then
+// nothing to do): checked, never from inside a collection, exceptions mapped.
+template <class F>
+gcpressure_status policy_hint(gcpressure_allocator* a, const char* what, F&& f) {
+  GCP_CHECK(a);
+  GCP_NOT_IN_COLLECTION(what);
+  return guarded([&] {
+    if (gc_policy* p = a->p()) f(*p);
+    return GCPRESSURE_OK;
+  });
+}
+
 // Note [C options over the environment]: a field left as
 // gcpressure_options_init made it (NULL, 0, device -1, BACKEND_AUTO) is
 // unset, so the GCPRESSURE_* variable, then the built-in default, applies.
@@ -437,21 +449,11 @@ gcpressure_status gcpressure_release_from_finalizer(gcpressure_allocator* a, voi
 }
 
 gcpressure_status gcpressure_quiet_moment(gcpressure_allocator* a) {
-  GCP_CHECK(a);
-  GCP_NOT_IN_COLLECTION("gcpressure_quiet_moment");
-  return guarded([&] {
-    if (auto* p = a->p()) p->quiet_moment();
-    return GCPRESSURE_OK;
-  });
+  return policy_hint(a, "gcpressure_quiet_moment", [](gc_policy& p) { p.quiet_moment(); });
 }
 
 gcpressure_status gcpressure_quiet_moment_ex(gcpressure_allocator* a, int will_block) {
-  GCP_CHECK(a);
-  GCP_NOT_IN_COLLECTION("gcpressure_quiet_moment_ex");
-  return guarded([&] {
-    if (auto* p = a->p()) p->quiet_moment(will_block != 0);
-    return GCPRESSURE_OK;
-  });
+  return policy_hint(a, "gcpressure_quiet_moment_ex", [will_block](gc_policy& p) { p.quiet_moment(will_block != 0); });
 }
 
 gcpressure_status gcpressure_synchronize(gcpressure_allocator* a, void* stream) {
@@ -472,12 +474,7 @@ gcpressure_status gcpressure_synchronize(gcpressure_allocator* a, void* stream) 
 }
 
 gcpressure_status gcpressure_iteration(gcpressure_allocator* a) {
-  GCP_CHECK(a);
-  GCP_NOT_IN_COLLECTION("gcpressure_iteration");
-  return guarded([&] {
-    if (auto* p = a->p()) p->iteration();
-    return GCPRESSURE_OK;
-  });
+  return policy_hint(a, "gcpressure_iteration", [](gc_policy& p) { p.iteration(); });
 }
 
 gcpressure_status gcpressure_collect(gcpressure_allocator* a, int full) {
