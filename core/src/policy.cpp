@@ -31,8 +31,11 @@ class steady_source final : public clock_source {
 }  // namespace
 
 const clock_source& steady_clock_source() noexcept {
-  static const steady_source s;
-  return s;
+  // Leaked, as the stream_ops singletons are: a policy may still read the
+  // clock on another thread while exit() runs static destructors (UBSan saw
+  // a destroyed clock in ShutdownAfterMain.ExitRacesAllocatingThreadAndFinalizers).
+  static const steady_source* s = new steady_source;
+  return *s;
 }
 
 policy_options policy_options::from_config(const config& c) {
