@@ -23,17 +23,7 @@ cmake --build build/asan -j"$jobs"
 # dirty bits): ASan must let its SEGV handler through.
 export ASAN_OPTIONS=allow_user_segv_handler=1:handle_segv=0:detect_leaks=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-# Two exact-accounting tests over Boehm are not run here: under ASan (Debug)
-# one dropped handle stays marked (reachable) through their teardown, through
-# no word the root search finds (docs/RELIABILITY.md, "Known under ASan");
-# they run in the Release build above and over the TSan-built bdwgc below.
-# A test that fails here is run once more (--repeat until-pass:2): under
-# ASan and a loaded machine, Boehm's conservative scan sometimes keeps one
-# dropped handle past a test's settle window (seen: Boehm.UnsafeFreeThen-
-# FinalizerNoDoubleFree, 5/5 alone, 1 failure in a full run); a second
-# failure fails the run. docs/RELIABILITY.md, "Known under ASan".
-ctest --test-dir build/asan --output-on-failure -j"$jobs" --repeat until-pass:2 \
-  -E '^(BoehmTeardown\.DestructorCollectsGarbageAndReportsOnlyReachableBuffers|reliability\.Soak\.SurvivorReportNamesTheRootWord)$'
+ctest --test-dir build/asan --output-on-failure -j"$jobs"
 
 echo "=== bdwgc built with ThreadSanitizer (Debian's source of the installed libgc; cached in build/bdwgc-tsan)"
 # Note [TSan over Boehm]
