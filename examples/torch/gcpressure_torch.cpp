@@ -19,11 +19,13 @@
 // are looked up at run time with dlsym (PyGILState_Check, present in every
 // CPython since 3.4, and Py_IsFinalizing / _Py_IsFinalizing).
 //
-// This file: the settings, one allocator per device under one policy (Note
-// [Devices join the policy]), the stats and the exported entry points. The
-// CPython side is torch_python.cpp (Note [GIL and the collection lock], Note
-// [Finalization]); CUDA graph capture is torch_graphs.cpp (Note [Graph
-// capture]).
+// This file: one allocator per device under one policy (Note [Devices join
+// the policy]; the state itself is torch_state.hpp) and the entry points
+// that allocate, free, collect, hint and manage a device's memory. The
+// settings and set-up entry points are torch_options.cpp; the stats and the
+// test support, torch_stats.cpp. The CPython side is torch_python.cpp (Note
+// [GIL and the collection lock], Note [Finalization]); CUDA graph capture is
+// torch_graphs.cpp (Note [Graph capture]).
 //
 // Note [Out of memory]
 // CUDAPluggableAllocator does not check the pointer our alloc returns, so
@@ -34,45 +36,51 @@
 // RuntimeError) would be. oom=null returns NULL instead (ctypes callers: a C++
 // exception cannot cross ctypes).
 #include <algorithm>
-#include <array>
 #include <atomic>
-#include <chrono>
+#include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <sstream>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <utility>
-#include <vector>
 
 #include "gcpressure/allocator.hpp"
 #include "gcpressure/collector.hpp"
 #include "gcpressure/config.hpp"
-#include "gcpressure/cuda_resource.hpp"
 #include "gcpressure/error.hpp"
-#include "gcpressure/host_resource.hpp"
-#include "gcpressure/json.hpp"
 #include "gcpressure/policy.hpp"
 #include "torch_graphs.hpp"
 #include "torch_profile.hpp"
 #include "torch_shim.hpp"
-
-#define GCP_EXPORT extern "C" __attribute__((visibility("default")))
-
-namespace {
+#include "torch_state.hpp"
 
 using namespace gcpressure;
-using gcp_torch::graph_memory;
-using gcp_torch::prof_scope;
-using gcp_torch::prof_site;
 using namespace gcp_torch;
-using capture_check_mode = settings::capture_check_mode;
 
-constexpr int k_max_devices = 64;
+namespace {
+thread_local std::string t_error;
+}  // namespace
+
+int gcp_torch::fail(const std::string& msg) {
+  t_error = msg;
+  return -1;
+}
+
+const std::string& gcp_torch::last_error() noexcept { return t_error; }
+
+// --- devices ------------------------------------------------------------------------
+
+namespace gcp_torch {
+
+collector& collector_locked(globals& g) {
+  if (!g.collector) {
+    g.collector = &python_collector();
+    configure_python_collector(g.s);
+  }
+  return *g.collector;
+}
 
 // Note [Devices join the policy]
 // The process has one CPython heap, so one policy decides for every device
@@ -88,63 +96,8 @@ constexpr int k_max_devices = 64;
 // pool steps only), and synchronize() only waits. Between add_device (which
 // makes the policy itself the hook) and set_hook(gate), two stores apart, an
 // allocation there would skip the gate's capture check.
-struct device_slot {
-  std::unique_ptr<device_allocator> alloc;
-  gc_policy* policy = nullptr;                 // the process's one policy (globals::policy)
-  std::unique_ptr<gcp_torch::hook_gate> gate;  // the allocator's hook: the policy, off during captures
-  std::unique_ptr<graph_memory> graphs;        // Note [Graph capture]
-  capture_check_mode capture_check = capture_check_mode::on;
-};
-
-struct globals {
-  std::mutex mu;  // settings and device creation; never held while waiting for the GIL
-  settings s;
-  bool configured = false;
-  std::array<std::atomic<device_slot*>, k_max_devices> devices{};
-  gcpressure::collector* collector = nullptr;  // CPython's (torch_python.cpp), made with the first device
-  gc_policy* policy = nullptr;  // every device's (Note [Devices join the policy]), made with the first; leaked
-};
-
-const char* capture_check_name(capture_check_mode m) {
-  return m == capture_check_mode::on ? "on" : m == capture_check_mode::announced ? "announced" : "off";
-}
-
-globals& G() {
-  static globals* g = new globals();  // leaked: Note [Finalization]
-  return *g;
-}
-
-thread_local std::string t_error;
-
-}  // namespace
-
-int gcp_torch::fail(const std::string& msg) {
-  t_error = msg;
-  return -1;
-}
-
-const std::string& gcp_torch::last_error() noexcept { return t_error; }
 
 namespace {
-
-std::atomic<std::uint64_t> g_alloc_entries{0};  // allocation attempts, all threads
-// --- devices ------------------------------------------------------------------------
-
-void ensure_configured_locked(globals& g) {
-  if (g.configured) return;
-  g.s.cfg = config_from_env(g.s.cfg);
-  if (g.s.cfg.backend == backend_choice::automatic) g.s.cfg.backend = backend_choice::cuda_async;
-  if (const char* v = std::getenv("GCPRESSURE_TORCH_OOM")) g.s.oom_null = std::strcmp(v, "null") == 0;
-  g.configured = true;
-}
-
-collector& collector_locked(globals& g) {
-  if (!g.collector) {
-    g.collector = &python_collector();
-    configure_python_collector(g.s);
-  }
-  return *g.collector;
-}
 
 // Makes and publishes device `device`'s slot. Returns true if its allocator
 // must still join the policy (Note [Devices join the policy]).
@@ -165,6 +118,8 @@ bool make_slot_locked(globals& g, int device) {
   g.devices[static_cast<std::size_t>(device)].store(s.release(), std::memory_order_release);  // leaked
   return !first;
 }
+
+}  // namespace
 
 device_slot& slot(int device) {
   if (device < 0 || device >= k_max_devices) GCPRESSURE_FAIL("gcpressure_torch: device index out of range");
@@ -188,93 +143,13 @@ device_slot& slot(int device) {
 
 bool joined(const device_slot& s) noexcept { return s.policy->device_index(*s.alloc) < s.policy->device_count(); }
 
-device_slot* existing(int device) {
-  if (device < 0 || device >= k_max_devices) return nullptr;
-  return G().devices[static_cast<std::size_t>(device)].load(std::memory_order_acquire);
-}
-
-bool oom_null() {
-  globals& g = G();
-  std::lock_guard<std::mutex> lk(g.mu);
-  ensure_configured_locked(g);
-  return g.s.oom_null;
-}
-
-std::string stats_json() {
-  globals& g = G();
-  counters& c = C();
-  std::ostringstream os;
-  settings s;
-  const gc_policy* policy;
-  {
-    std::lock_guard<std::mutex> lk(g.mu);
-    ensure_configured_locked(g);
-    s = g.s;
-    policy = g.policy;
-  }
-  auto u = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  os << "{\"library\":\"gcpressure_torch\",\"version\":\"0.1.0\",\"settings\":{\"backend\":\""
-     << to_string(s.cfg.backend) << "\",\"policy\":\"" << json_escape(s.cfg.policy)
-     << "\",\"soft_limit\":\"" << json_escape(s.cfg.soft_limit.to_string()) << "\",\"hard_limit\":\""
-     << json_escape(s.cfg.hard_limit.to_string()) << "\",\"gc_budget\":" << s.cfg.gc_budget
-     << ",\"gil_wait\":" << s.gil_wait << ",\"minor_generation\":" << s.minor_generation
-     << ",\"gen1_every\":" << s.gen1_every << ",\"handoff\":\"" << (s.pending_handoff ? "pending" : "helper")
-     << "\",\"oom\":\"" << (s.oom_null ? "null" : "throw") << "\",\"capture_check\":"
-     << "\"" << capture_check_name(s.capture_check) << "\"},";
-  os << "\"entries\":{\"alloc_calls\":" << u(c.alloc_calls) << ",\"free_calls\":" << u(c.free_calls)
-     << ",\"zero_size\":" << u(c.zero_size) << ",\"ooms\":" << u(c.ooms) << ",\"oom_retries\":" << u(c.oom_retries) << ",\"errors\":" << u(c.errors)
-     << ",\"entries_with_gil\":" << u(c.entries_with_gil) << ",\"gil_released\":" << u(c.gil_released) << "},";
-  os << "\"python\":{\"requested_minor\":" << u(c.requested_minor) << ",\"requested_full\":" << u(c.requested_full)
-     << ",\"requested_gen\":[" << u(c.requested_gen[0]) << "," << u(c.requested_gen[1]) << ","
-     << u(c.requested_gen[2]) << "],\"direct\":" << u(c.direct) << ",\"handed_off\":" << u(c.handed_off)
-     << ",\"pending_calls\":" << u(c.pending_calls) << ",\"helper_batches\":" << u(c.helper_batches)
-     << ",\"skipped_nested\":" << u(c.skipped_nested) << ",\"skipped_no_python\":" << u(c.skipped_no_python)
-     << ",\"skipped_busy\":" << u(c.skipped_busy) << ",\"waits_other_collection\":" << u(c.waits_other_collection)
-     << ",\"abandoned_gil_holder\":" << u(c.abandoned_gil_holder)
-     << ",\"abandoned_helper_busy\":" << u(c.abandoned_helper_busy)
-     << ",\"abandoned_timeout\":" << u(c.abandoned_timeout) << ",\"abandoned_no_python\":" << u(c.abandoned_no_python)
-     << ",\"abandoned_main_thread\":" << u(c.abandoned_main_thread) << ",\"python_collections\":["
-     << u(c.python_collections[0]) << "," << u(c.python_collections[1]) << "," << u(c.python_collections[2])
-     << "],\"python_gc_seconds\":" << static_cast<double>(u(c.python_ns)) * 1e-9
-     << ",\"requested_seconds\":" << static_cast<double>(u(c.requested_ns)) * 1e-9
-     << ",\"unreachable\":" << u(c.unreachable) << ",\"callback_errors\":" << u(c.callback_errors)
-     << ",\"hook_installed\":" << (gc_hook_installed() ? "true" : "false") << "},";
-  os << "\"profile\":" << gcp_torch::P().json() << ",\"graphs\":[";
-  for (int d = 0, n = 0; d < k_max_devices; ++d) {
-    device_slot* sl = existing(d);
-    if (!sl) continue;
-    os << (n++ ? "," : "") << sl->graphs->stats_json().insert(1, "\"hook_skipped\":" + std::to_string(sl->gate->skipped()) + ",");
-  }
-  os << "],";
-  // The one policy (Note [Devices join the policy]); each device's "gc" has its share.
-  os << "\"policy\":{\"name\":\"" << json_escape(policy ? policy->name() : s.cfg.policy)
-     << "\",\"devices\":" << (policy ? policy->device_count() : 0) << "},";
-  os << "\"devices\":[";
-  bool first = true;
-  for (int d = 0; d < k_max_devices; ++d) {
-    device_slot* sl = existing(d);
-    if (!sl) continue;
-    os << (first ? "" : ",") << sl->alloc->stats_json();
-    first = false;
-  }
-  os << "]}";
-  return os.str();
-}
-
-// Note [Errors at a C boundary] (gcpressure/error.hpp): -1 and the message.
-template <class F>
-int guarded(F&& f) noexcept {
-  return detail::call_at_c_boundary(std::forward<F>(f), [](const detail::caught_error& e) {
-    C().errors.fetch_add(1);
-    return fail(e.message);
-  });
-}
-
-}  // namespace
+}  // namespace gcp_torch
 
 // --- the exported C functions ---------------------------------------------------------
 
 namespace {
+std::atomic<std::uint64_t> g_alloc_entries{0};  // allocation attempts, all threads
+
 void* alloc_impl(size_t size, int device, void* stream, bool nothrow) {
   prof_scope timed(prof_site::alloc);
   C().alloc_calls.fetch_add(1, std::memory_order_relaxed);
@@ -357,128 +232,6 @@ GCP_EXPORT void gcp_torch_free(void* ptr, size_t size, int device, void* stream)
   if (s->graphs->deallocate(ptr, size, stream)) return;  // a graph pool's block (Note [Graph capture])
   s->alloc->deallocate(ptr, size, stream);
 }
-
-// Chooses the backend ("auto", "host", "cuda", "cuda_async"; NULL: cuda_async
-// or $GCPRESSURE_BACKEND), limits ("4GiB", "80%", bytes; NULL: 75% of the
-// hard limit / the device), policy (NULL: "pressure") and GC time budget
-// (0: 0.05). GCPRESSURE_* variables are read first; arguments override them.
-// Only before the first allocation. Returns 0, or -1 (gcp_torch_last_error).
-GCP_EXPORT int gcp_torch_init(const char* backend, const char* soft_limit, const char* hard_limit,
-                              const char* policy, double gc_budget) {
-  return guarded([&] {
-    globals& g = G();
-    std::lock_guard<std::mutex> lk(g.mu);
-    for (int d = 0; d < k_max_devices; ++d)
-      if (existing(d)) return fail("gcp_torch_init: too late, the allocator has already allocated");
-    ensure_configured_locked(g);
-    settings s = g.s;
-    if (backend) s.cfg.backend = parse_backend(backend, "gcp_torch_init backend");  // throws, naming it
-    if (s.cfg.backend == backend_choice::automatic)
-      s.cfg.backend = cuda_available() ? backend_choice::cuda_async : backend_choice::host;
-    if (soft_limit) s.cfg.soft_limit = parse_size(soft_limit, "soft_limit");
-    if (hard_limit) s.cfg.hard_limit = parse_size(hard_limit, "hard_limit");
-    if (policy) {
-      if (!is_policy_name(policy))
-        return fail(std::string("gcp_torch_init: unknown policy '") + policy + "' (expected " +
-                    policy_names_text(", ", " or ") + ")");
-      s.cfg.policy = policy;
-    }
-    if (gc_budget < 0 || gc_budget > 1) return fail("gcp_torch_init: gc_budget must be in [0, 1]");
-    if (gc_budget > 0) s.cfg.gc_budget = gc_budget;
-    if ((s.cfg.backend == backend_choice::cuda || s.cfg.backend == backend_choice::cuda_async) && !cuda_available())
-      return fail("gcp_torch_init: a CUDA backend was asked for, but no CUDA device is usable");
-    g.s = s;
-    if (g.collector) configure_python_collector(g.s);
-    return 0;
-  });
-}
-
-// Options outside gcp_torch_init (before the first allocation, except "oom"):
-//   host_capacity  simulated device size of the host backend ("1GiB")
-//   gil_wait       seconds a handed-off collection is waited for (default 1)
-//   minor_generation  "auto" (default: 0, and 1 every gen1_every-th), "0", "1"
-//   gen1_every     see above (default 4)
-//   handoff        "helper" (default) or "pending" (Py_AddPendingCall)
-//   oom            "throw" (default) or "null"  (Note [Out of memory])
-//   every_n        the every_iteration policy's N
-//   verbose        "1": one stderr line per collection
-//   capture_check  "on" (default): every allocation asks whether its stream
-//                  is capturing a CUDA graph (Note [Graph capture]);
-//                  "announced": only while a capture announced by the Python
-//                  hooks runs (torch.cuda.graph, torch.compile), saving the
-//                  call otherwise; "off": never (no graph is ever captured)
-GCP_EXPORT int gcp_torch_set_option(const char* key, const char* value) {
-  if (!key || !value) return fail("gcp_torch_set_option: null key or value");
-  return guarded([&] {
-    globals& g = G();
-    std::lock_guard<std::mutex> lk(g.mu);
-    ensure_configured_locked(g);
-    const std::string k = key, v = value;
-    bool allocated = false;
-    for (int d = 0; d < k_max_devices; ++d) allocated = allocated || existing(d);
-    if (k == "oom") {
-      if (v != "throw" && v != "null") return fail("gcp_torch_set_option: oom must be throw or null");
-      g.s.oom_null = v == "null";
-      return 0;
-    }
-    if (allocated) return fail("gcp_torch_set_option: '" + k + "' only before the first allocation");
-    if (k == "host_capacity") {
-      g.s.cfg.host_capacity = parse_size(v, "host_capacity").bytes;
-      if (!g.s.cfg.host_capacity) return fail("gcp_torch_set_option: host_capacity must be a size in bytes");
-    } else if (k == "gil_wait") {
-      g.s.gil_wait = std::stod(v);
-      if (!(g.s.gil_wait >= 0 && g.s.gil_wait <= 600)) return fail("gcp_torch_set_option: gil_wait in [0, 600] s");
-    } else if (k == "holder_grace") {
-      g.s.holder_grace = std::stod(v);
-    } else if (k == "minor_generation") {
-      if (v == "auto") g.s.minor_generation = -1;
-      else if (v == "0" || v == "1") g.s.minor_generation = v[0] - '0';
-      else return fail("gcp_torch_set_option: minor_generation must be auto, 0 or 1");
-    } else if (k == "gen1_every") {
-      g.s.gen1_every = std::stoi(v);
-      if (g.s.gen1_every < 1) return fail("gcp_torch_set_option: gen1_every must be >= 1");
-    } else if (k == "handoff") {
-      if (v != "helper" && v != "pending") return fail("gcp_torch_set_option: handoff must be helper or pending");
-      g.s.pending_handoff = v == "pending";
-    } else if (k == "every_n") {
-      g.s.cfg.every_n = std::stoi(v);
-      if (g.s.cfg.every_n < 1) return fail("gcp_torch_set_option: every_n must be >= 1");
-    } else if (k == "capture_check") {
-      if (v == "on") g.s.capture_check = capture_check_mode::on;
-      else if (v == "announced") g.s.capture_check = capture_check_mode::announced;
-      else if (v == "off") g.s.capture_check = capture_check_mode::off;
-      else return fail("gcp_torch_set_option: capture_check must be on, announced or off");
-    } else if (k == "verbose") {
-      g.s.cfg.verbose = v == "1" || v == "true";
-    } else {
-      return fail("gcp_torch_set_option: unknown option '" + k + "'");
-    }
-    if (g.collector) configure_python_collector(g.s);
-    return 0;
-  });
-}
-
-// Call with the GIL held (ctypes.PyDLL), from the main thread if
-// is_main_thread: imports gc.collect, adds the gc.callbacks entry that counts
-// CPython's collections, starts the helper thread. Optional — without it the
-// first collection does the same lazily — but it makes stats complete from
-// the start. Returns 0 or -1.
-GCP_EXPORT int gcp_torch_attach_python(int is_main_thread) {
-  if (!gil_check_available()) return fail("gcp_torch_attach_python: PyGILState_Check not found in this process");
-  if (!python_alive() || !holds_gil()) return fail("gcp_torch_attach_python: call it with the GIL held (ctypes.PyDLL)");
-  if (is_main_thread) g_main_thread.store(self_id());
-  if (!ensure_gc_objects()) return fail("gcp_torch_attach_python: cannot import gc.collect");
-  {
-    std::lock_guard<std::mutex> lk(G().mu);
-    ensure_configured_locked(G());
-    collector_locked(G());
-  }
-  start_helper();
-  return 0;
-}
-
-// atexit: no Python code from here on (Note [Finalization]). Waiters give up.
-GCP_EXPORT void gcp_torch_python_shutdown(void) { python_shutdown(); }
 
 // A collection asked for by the user (policy reason "user"): minor (0) or
 // whole heap (1). Any thread; the GIL may be held.
@@ -583,17 +336,6 @@ GCP_EXPORT int gcp_torch_test_capture(int device, void* stream, unsigned long lo
   });
 }
 
-// Test support: a new host_stream (the host backend's streams: an in-order
-// worker thread each) as a stream handle; never destroyed. NULL on failure.
-GCP_EXPORT void* gcp_torch_test_host_stream(void) {
-  try {
-    return (new host_stream())->ref();
-  } catch (const std::exception& e) {
-    fail(e.what());
-    return nullptr;
-  }
-}
-
 // Returns idle cached memory to the driver (torch.cuda.empty_cache's job).
 GCP_EXPORT int gcp_torch_trim(int device) {
   return guarded([&] {
@@ -620,84 +362,4 @@ GCP_EXPORT int gcp_torch_set_limits(int device, size_t soft, size_t hard) {
   });
 }
 
-GCP_EXPORT int gcp_torch_usage(int device, size_t* live, size_t* reserved) {
-  device_slot* s = existing(device);
-  if (live) *live = s ? s->alloc->live_bytes() : 0;
-  if (reserved) *reserved = s ? s->alloc->reserved_bytes() : 0;
-  return 0;
-}
-
-GCP_EXPORT int gcp_torch_reset_peaks(int device) {
-  if (device_slot* s = existing(device)) s->alloc->reset_peaks();
-  return 0;
-}
-
-// Stats as one JSON object. Writes it (NUL-terminated) if cap is enough;
-// returns the size needed including the NUL. Any thread, GIL or not.
-GCP_EXPORT size_t gcp_torch_stats_json(char* buf, size_t cap) {
-  std::string j;
-  try {
-    j = stats_json();
-  } catch (const std::exception& e) {
-    j = std::string("{\"error\":\"") + json_escape(e.what()) + "\"}";
-  }
-  if (buf && cap >= j.size() + 1) std::memcpy(buf, j.c_str(), j.size() + 1);
-  else if (buf && cap) buf[0] = '\0';
-  return j.size() + 1;
-}
-
 GCP_EXPORT const char* gcp_torch_last_error(void) { return t_error.c_str(); }
-
-// Test support (CPU ctests): `threads` native threads that Python has never
-// seen — like autograd's device threads — each allocate `iters` blocks of
-// `bytes`, keeping the last `keep`, writing a tag into each and checking it
-// before the free. Call through ctypes.CDLL (GIL released). Returns the number
-// of failed allocations (NULL with oom=null) plus corrupted blocks, or -1.
-GCP_EXPORT long gcp_torch_selftest_native(int threads, int iters, size_t bytes, int keep, int device) {
-  if (threads < 1 || iters < 1 || bytes < 8 || keep < 1) return fail("gcp_torch_selftest_native: bad arguments");
-  bool host;
-  {
-    std::lock_guard<std::mutex> lk(G().mu);
-    ensure_configured_locked(G());
-    host = G().s.cfg.backend == backend_choice::host;
-  }
-  std::atomic<long> bad{0};
-  std::vector<std::thread> ts;
-  for (int t = 0; t < threads; ++t) {
-    ts.emplace_back([&, t] {
-      std::vector<void*> held;
-      for (int i = 0; i < iters; ++i) {
-        void* p = nullptr;
-        try {
-          p = gcp_torch_alloc(bytes, device, nullptr);
-        } catch (const std::exception&) {
-          p = nullptr;
-        }
-        if (!p) {
-          bad.fetch_add(1);
-          continue;
-        }
-        if (host) {
-          const unsigned long tag = (static_cast<unsigned long>(t) << 32) | static_cast<unsigned long>(i);
-          std::memcpy(p, &tag, sizeof tag);
-          std::memcpy(static_cast<char*>(p) + bytes - sizeof tag, &tag, sizeof tag);
-        }
-        held.push_back(p);
-        if (static_cast<int>(held.size()) > keep) {
-          void* q = held.front();
-          held.erase(held.begin());
-          if (host) {
-            unsigned long a, b;
-            std::memcpy(&a, q, sizeof a);
-            std::memcpy(&b, static_cast<char*>(q) + bytes - sizeof b, sizeof b);
-            if (a != b) bad.fetch_add(1);
-          }
-          gcp_torch_free(q, bytes, device, nullptr);
-        }
-      }
-      for (void* q : held) gcp_torch_free(q, bytes, device, nullptr);
-    });
-  }
-  for (auto& th : ts) th.join();
-  return bad.load();
-}

@@ -58,8 +58,8 @@ std::string_view source_name(std::string_view file) noexcept;
 void report_misuse(const std::string& msg) noexcept;
 
 // Note [Errors at a C boundary]
-// The C API (gc_bridge/src/c_api.cpp) and the PyTorch shim
-// (examples/torch/gcpressure_torch.cpp) let no exception cross their C entry
+// The C API (gc_bridge/src/c_api.cpp) and the PyTorch shim (examples/torch:
+// guarded() in torch_state.hpp) let no exception cross their C entry
 // points: each becomes a thread-local message and a status. Both classify it
 // here, so that one exception reads the same through either: the library's
 // out_of_memory / cuda_error / logic_error keep their messages; a host
