@@ -220,10 +220,14 @@ TEST(Threads, PoolConcurrentOnOwnStreams) {
 TEST(Threads, ConcurrentOutOfMemoryAndLadder) {
   // A hard limit well below what the threads want: allocations fail, the
   // reclaim ladder runs on several threads at once (trim, wait_streams...),
-  // nothing deadlocks and the accounting is exact at the end.
+  // nothing deadlocks and the accounting is exact at the end. The limit is
+  // below what one thread alone holds at its peak (8 blocks of 1-4 MiB), so
+  // it is hit however the threads are scheduled: at 48 MiB only overlapping
+  // threads reached it, and under a CPU hog (threads run one after another)
+  // 2 rounds of 20 hit nothing.
   misuse_capture misuse;
   run_with_watchdog(kWatchdog, "concurrent out_of_memory + ladder", [&] {
-    device_allocator a(opts(std::size_t{1} << 30, 48 * MiB));
+    device_allocator a(opts(std::size_t{1} << 30, 16 * MiB));
     std::atomic<std::uint64_t> caught{0}, allocs{0};
     std::atomic<int> wrong_exception{0};
     std::vector<std::thread> ts;
@@ -233,7 +237,7 @@ TEST(Threads, ConcurrentOutOfMemoryAndLadder) {
         std::vector<tblock> mine;
         for (int i = 0; i < 600; ++i) {
           if (mine.size() < 8 && (mine.empty() || rng() % 100 < 65)) {
-            const std::size_t n = 256 * KiB + rng() % (3 * MiB);
+            const std::size_t n = 1 * MiB + rng() % (3 * MiB);
             try {
               void* p = a.allocate(n);
               gcp_test::put_tags(p, n, static_cast<std::uint64_t>(i));
@@ -254,7 +258,7 @@ TEST(Threads, ConcurrentOutOfMemoryAndLadder) {
             else
               a.free(b.p, b.n);
           }
-          EXPECT_LE(a.reserved_bytes(), 48 * MiB) << "hard limit exceeded";
+          EXPECT_LE(a.reserved_bytes(), 16 * MiB) << "hard limit exceeded";
         }
         for (const tblock& b : mine) a.free(b.p, b.n);
       });
@@ -268,7 +272,7 @@ TEST(Threads, ConcurrentOutOfMemoryAndLadder) {
     EXPECT_EQ(s.frees, allocs.load());
     EXPECT_EQ(s.requested.current, 0);
     EXPECT_EQ(s.active_blocks.current, 0);
-    EXPECT_LE(static_cast<std::size_t>(s.reserved.peak), 48 * MiB);
+    EXPECT_LE(static_cast<std::size_t>(s.reserved.peak), 16 * MiB);
     EXPECT_GE(s.ladder[static_cast<int>(ladder_step::release_cache)], 1u);
     a.trim();
     EXPECT_EQ(a.reserved_bytes(), 0u);
