@@ -150,6 +150,12 @@ class fake_collector final : public gcp::collector {
     ASSERT_NE(it, objs_.end());
     it->second.reachable = false;
   }
+  // The runtime freed the block itself (reference counting): the handle is
+  // gone without a finalizer; the caller frees the block.
+  void forget(int id) {
+    std::lock_guard<std::mutex> lk(mu_);
+    ASSERT_EQ(objs_.erase(id), 1u);
+  }
   bool is_old(int id) {
     std::lock_guard<std::mutex> lk(mu_);
     return objs_.at(id).old;

@@ -40,7 +40,8 @@
 //                  otherwise the exposed part x allocation rate / GC budget;
 //   alloc budget = bytes after which a collection at an allocation is due:
 //                  max(growth x floor, minor cost x rate / GC budget) divided
-//                  by the measured yield, capped by the headroom.
+//                  by the measured yield, times the futile stretch (Note
+//                  [Collections that find nothing]), capped by the headroom.
 // With no syncs (CPU-bound loops, runtimes that never wait) only the alloc
 // budget acts: the first version's behaviour. The GC budget is closed-loop on
 // exposed time: a sync collection whose exposed part would take the policy's
@@ -52,13 +53,32 @@
 // headroom test therefore uses allocated bytes; and collections that the
 // headroom alone asks for back off exponentially in young bytes while they
 // reclaim little, and at most two run per iteration hint.
+//
+// Note [Collections that find nothing]
+// In a runtime that frees most blocks itself (CPython and PyTorch: reference
+// counting frees a tensor the moment it dies), a minor finds almost nothing:
+// the young bytes were gone before it ran. The alloc budget still counted
+// them, so the policy collected at its full GC budget for nothing (on the
+// H200, 1.2 collections of ~40 us + ~40 us of probing per 2 ms PyTorch step,
+// each reclaiming 0 bytes). So a minor that reclaims less than 1/16 of the
+// young bytes it was run for, while half of them or more are gone, doubles
+// that device's alloc budget, up to 16x; one that finds more resets it; one
+// that finds nothing while most young bytes survive leaves it. That is not
+// this case but Boehm's: garbage a minor cannot find is
+// promoted (old grows) and whole-heap cycles find it. A device in the stretch
+// asks for a whole-heap cycle only when pressed: none of its young bytes
+// were promoted, so its old bytes are live (on the H200 the first cycle, a
+// ~200 ms gc.collect in a process that imported torch, found nothing). The
+// headroom bounds the stretch: memory that is needed is collected.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <thread>
 #include <vector>
 
 #include "cost_model.hpp"
+#include "gcpressure/config.hpp"
 #include "gcpressure/policy.hpp"
 
 namespace gcpressure {
@@ -67,6 +87,7 @@ namespace gcpressure {
 namespace {
 
 constexpr int k_headroom_collections_per_iteration = 2;  // Note [No collection storms]
+constexpr double k_max_futile_stretch = 16;               // Note [Collections that find nothing]
 
 // Note [Per-device state]
 // What the policy learns about device memory is per device (Note [One
@@ -82,6 +103,7 @@ struct device_state {
   double stretch = 0;            // Note [Quiet moments]: bytes per stretch between hints
   std::size_t young_at_quiet = 0, collected_since_quiet = 0;
   std::size_t backoff = 0;       // Note [No collection storms]
+  double futile = 1;             // Note [Collections that find nothing]: the alloc budget's stretch
   // Relaxed atomics: read without the lock (Note [Concurrent allocators],
   // Note [The allocation fast path]).
   std::atomic<std::size_t> device_free{0}, reserved_at_refresh{0};
@@ -144,6 +166,7 @@ class pressure_policy final : public gc_policy {
       publish_fast_path();
       return;
     }
+    if (opts_.verbose) explain_early(i, young, budget, over);
     device_probe probe(*this, stream, &a);
     for (std::size_t j = 0; j < device_count(); ++j) dev_[j].collected_since_quiet += device(j).since_mark();
     if (young < budget) ++headroom_collections_;
@@ -331,7 +354,7 @@ class pressure_policy final : public gc_policy {
     const double mem =
         std::max(opts_.growth * static_cast<double>(d.floor), static_cast<double>(opts_.min_young_bytes));
     double b = std::max(mem, time_floor(i, minor_cost_.known() ? minor_cost_.predict(mem) : 0)) /
-               std::clamp(d.yield, 0.5, 1.0);
+               std::clamp(d.yield, 0.5, 1.0) * d.futile;
     return static_cast<std::size_t>(std::min(b, headroom(i)));
   }
 
@@ -351,6 +374,22 @@ class pressure_policy final : public gc_policy {
     if (wall > 0 && (own_exposed_seconds() + exposed) / wall > opts_.gc_budget) return alloc_budget(i);
     const double b = std::max(static_cast<double>(opts_.min_young_bytes), time_floor(i, exposed));
     return static_cast<std::size_t>(std::min({b, static_cast<double>(alloc_budget(i)), headroom(i)}));
+  }
+
+  // --verbose: why an allocation-time collection was taken, with every term
+  // of device i's alloc budget (Note [Two young budgets]).
+  void explain_early(std::size_t i, std::size_t young, std::size_t budget, bool over) const {
+    const device_state& d = dev_[i];
+    const double mem = std::max(opts_.growth * static_cast<double>(d.floor), static_cast<double>(opts_.min_young_bytes));
+    const double cost = minor_cost_.known() ? minor_cost_.predict(mem) : 0;
+    std::fprintf(stderr,
+                 "gcpressure[pressure]: early on device %zu: young %s, alloc budget %s (growth x floor %s, "
+                 "predicted minor %.1f us x rate %s/s / gc budget %.2f = %s, yield %.2f, futile x%.0f, headroom %s)%s\n",
+                 i, format_bytes(young).c_str(), format_bytes(budget).c_str(),
+                 format_bytes(static_cast<std::size_t>(mem)).c_str(), cost * 1e6,
+                 format_bytes(static_cast<std::size_t>(d.rate)).c_str(), opts_.gc_budget,
+                 format_bytes(static_cast<std::size_t>(time_floor(i, cost))).c_str(), d.yield, d.futile,
+                 format_bytes(static_cast<std::size_t>(headroom(i))).c_str(), over ? ", over the headroom" : "");
   }
 
   // Young bytes on device i that keep collections costing `cost` each within
@@ -442,10 +481,13 @@ class pressure_policy final : public gc_policy {
       // `reclaimed`). Smoothed: one minor measured while finalizers were
       // still queued (seen on the H200: 0.5 of 4 GiB found, 15 GiB by the
       // next) must not quadruple the next budget.
-      if (od.young_before > 0) {
-        const std::size_t grew = od.live_after > d.live_after ? od.live_after - d.live_after : 0;
-        const std::size_t gone = od.young_before > grew ? od.young_before - grew : 0;
+      const std::size_t grew = od.live_after > d.live_after ? od.live_after - d.live_after : 0;
+      const std::size_t gone = od.young_before > grew ? od.young_before - grew : 0;
+      if (od.young_before > 0)
         d.yield = 0.75 * d.yield + 0.25 * static_cast<double>(gone) / static_cast<double>(od.young_before);
+      if (od.young_before >= opts_.min_young_bytes) {  // Note [Collections that find nothing]
+        if (od.reclaimed * 16 >= od.young_before) d.futile = 1.0;
+        else if (gone * 2 >= od.young_before) d.futile = std::min(d.futile * 2, k_max_futile_stretch);
       }
       d.live_after = od.live_after;
       d.old = od.live_after;  // every survivor is old now
@@ -495,6 +537,9 @@ class pressure_policy final : public gc_policy {
       const std::size_t suspect = d.old > d.floor ? d.old - d.floor : 0;
       *suspect_sum += suspect;
       if (suspect < opts_.min_young_bytes) continue;
+      // Note [Collections that find nothing]: this device's runtime frees its
+      // young bytes itself, none were promoted as garbage: old is live.
+      if (d.futile > 1 && !pressing(i)) continue;
       // Garbage on a device nobody allocates from costs nothing until its
       // memory is needed: an idle device asks for a cycle only when pressed.
       if (d.rate <= 0 && !pressing(i)) continue;

@@ -3,9 +3,9 @@
 on the H200, under PyTorch's allocator and under the plug-in, and where the
 plug-in's microseconds go. H200 script; exit 77 without torch or a GPU.
 
-Each configuration runs in a fresh interpreter, in the order torch,
-gcpressure, torch, gcpressure (drift shows as a spread between the two runs
-of one configuration): 60 warm-up steps (compilation), then 7 rounds of 200
+Each configuration runs in a fresh interpreter, alternating torch,
+gcpressure, ... for --pairs pairs (default 3; drift shows as a spread between
+the runs of one configuration): 60 warm-up steps (compilation), then 7 rounds of 200
 steps, each round timed between two torch.cuda.synchronize() calls; the
 figure is the median round's ms per step. Then, in more fresh processes:
   - gcpressure with capture_check=announced (no per-allocation
@@ -101,6 +101,9 @@ def child(cfg: str, a) -> None:
             out["allocs_per_step"] = (r["entries"]["alloc_calls"] - base["entries"]["alloc_calls"]) / steps
             st = gcp.stats()
             out["collections"] = st["collections"]
+            out["by_reason"] = st["by_reason"]
+            g0 = (base.get("devices") or [{}])[0].get("gc", {})
+            out["collections_per_step"] = (st["collections_total"] - sum(g0.get("by_kind", {}).values())) / steps
             # Collections are the policy's cost (each one a gc.collect in a
             # process that imported torch): per step, to set against the step.
             out["gc_ms_per_step"] = (st["gc_seconds"] - sum(
@@ -127,6 +130,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--pairs", type=int, default=3, help="timed (torch, gcpressure) pairs; the figure is each one's median")
     a = ap.parse_args()
     if a.lib:
         os.environ["GCPRESSURE_TORCH_LIB"] = a.lib
@@ -156,8 +160,9 @@ def main() -> int:
         runs.setdefault(key or cfg, []).append(r)
         return r
 
-    for cfg in ("torch", "gcpressure", "torch", "gcpressure"):
-        run(cfg)
+    for _ in range(max(1, a.pairs)):
+        run("torch")
+        run("gcpressure")
     if not a.quick:  # quick (torch_h200.sh): bench_pair_cpu.py measures the capture check instead
         run("gcpressure_nocapture")
     run("gcpressure", env={"GCP_TORCH_PROFILE": "1"}, key="gcpressure_profile")
@@ -175,11 +180,18 @@ def main() -> int:
     te, ge = med("torch_empty", "empty_del_us"), med("gcpressure_empty", "empty_del_us")
     pc = eprof.get("profile_ns_per_call") or {}
     lib_pair_ns = pc["alloc"] + pc["free"] if "alloc" in pc and "free" in pc else None
+    pair_ratios = [tr["ms_per_step"] / gr["ms_per_step"]
+                   for tr, gr in zip(runs.get("torch", []), runs.get("gcpressure", []))
+                   if tr.get("ms_per_step") and gr.get("ms_per_step")]
     summary = {
         "test": "small_step", "summary": True, "passed": not failures, "failures": failures,
         "shape": {"width": a.width, "batch": a.batch, "layers": a.layers},
         "torch_ms_per_step": t, "gcpressure_ms_per_step": g, "gcpressure_nocapture_ms_per_step": gn,
         "speed_ratio": (t / g) if t and g else None, "target_ratio": 0.98,
+        # Each pair's ratio (torch run i / the gcpressure run right after it):
+        # drift between processes cancels within a pair.
+        "pair_ratios": pair_ratios,
+        "pair_ratio_median": statistics.median(pair_ratios) if pair_ratios else None,
         "meets_target": bool(t and g and t / g >= 0.98),
         "torch_runs": [r.get("ms_per_step") for r in runs.get("torch", [])],
         "gcpressure_runs": [r.get("ms_per_step") for r in runs.get("gcpressure", [])],
@@ -188,6 +200,8 @@ def main() -> int:
         "library_ns_per_call": prof.get("profile_ns_per_call"),
         "collections": prof.get("collections"),
         "gc_ms_per_step": [r.get("gc_ms_per_step") for r in runs.get("gcpressure", [])],
+        "collections_per_step": [r.get("collections_per_step") for r in runs.get("gcpressure", [])],
+        "by_reason": [r.get("by_reason") for r in runs.get("gcpressure", [])],
         "empty_del_us": {"torch": te, "gcpressure": ge},
         # torch.empty + del through the plug-in: this library's share (alloc +
         # free, timed inside) and the rest (PyTorch's pluggable path, Python),
