@@ -75,7 +75,14 @@ TEST(BoehmDevices, BuffersReturnToTheirOwnDevice) {
   EXPECT_EQ(h.allocator(0).deferred().pushed(), 64u);
   EXPECT_EQ(s0.gc.policy_devices, 2u);
   EXPECT_EQ(s0.gc.by_kind, s1.gc.by_kind) << "one policy: the same collections seen from either device";
-  EXPECT_GE(s1.gc.reclaimed_bytes, 600 * MiB) << "device 1's own share";
+  // Per-device attribution: device 1's reclaimed bytes are more than device
+  // 0 ever held, and neither device counts more than its own. Not all 640
+  // MiB: blocks finalized in Boehm's own collections (it collects by itself
+  // as its heap grows, often under TSan) are freed by the next allocation's
+  // drain, outside any policy collection, and are not the policy's reclaimed
+  // bytes (263-598 MiB of 640 under TSan; a ">= 600 MiB" here failed there).
+  EXPECT_GT(s1.gc.reclaimed_bytes, 64 * MiB) << "device 1's own share";
+  EXPECT_LE(s1.gc.reclaimed_bytes, 640 * MiB);
   EXPECT_LE(s0.gc.reclaimed_bytes, 64 * MiB);
 }
 

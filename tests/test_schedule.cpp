@@ -409,3 +409,20 @@ TEST(FutileCollections, NoWholeHeapCycleForOldBytesThatAreLive) {
   EXPECT_EQ(cycles(g), 0u);
   EXPECT_EQ(w.gc.fulls + w.gc.full_starts, 0);
 }
+
+// --verbose / GCPRESSURE_VERBOSE: an allocation-time collection says why,
+// with each term of the alloc budget (how the H200's small-step cause was
+// found: RESULTS.md, session 5).
+TEST(Verbose, AnAllocationTimeCollectionSaysWhy) {
+  gcp::policy_options po;
+  po.verbose = true;
+  world w("pressure", 256 * MiB, 192 * MiB, po);
+  w.gc.minor_seconds = 0.04 * ms;
+  testing::internal::CaptureStderr();
+  for (int i = 0; i < 8; ++i) w.gc.drop(w.make(1 * MiB));
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_GE(minors(w.stats()), 1u);
+  EXPECT_NE(err.find("early on device 0: young "), std::string::npos) << err;
+  EXPECT_NE(err.find("alloc budget 1.00 MiB (growth x floor 1.00 MiB"), std::string::npos) << err;
+  EXPECT_NE(err.find("futile x1, headroom "), std::string::npos) << err;
+}
