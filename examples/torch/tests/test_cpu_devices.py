@@ -139,7 +139,7 @@ CASES = {
     """,
     "concurrent_join": """
         L = gcp.configure(hard_limit="16MiB", backend="host", lib=LIB, host_capacity="1GiB", oom="null",
-                          gil_wait=30.0)  # generous: see test_cpu_ctypes.py
+                          gil_wait=2.0)
         gc.disable()
         fails = [0] * 4
         go = threading.Barrier(4)
