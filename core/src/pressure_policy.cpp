@@ -63,9 +63,9 @@
 // each reclaiming 0 bytes). So a minor that reclaims less than 1/16 of the
 // young bytes it was run for, while half of them or more are gone, doubles
 // that device's alloc budget, up to 16x; one that finds more resets it; one
-// that finds nothing while most young bytes survive leaves it. That is not
-// this case but Boehm's: garbage a minor cannot find is
-// promoted (old grows) and whole-heap cycles find it. A device in the stretch
+// that finds nothing while most young bytes survive leaves it (Boehm's case:
+// garbage a minor cannot find is promoted, old grows, whole-heap cycles find
+// it). A device in the stretch
 // asks for a whole-heap cycle only when pressed: none of its young bytes
 // were promoted, so its old bytes are live (on the H200 the first cycle, a
 // ~200 ms gc.collect in a process that imported torch, found nothing). The
@@ -346,13 +346,17 @@ class pressure_policy final : public gc_policy {
     return wall > 0 ? own_exposed_seconds() / wall : 0;
   }
 
+  // The alloc budget's memory term: max(growth x floor, min_young_bytes).
+  double memory_floor(const device_state& d) const {
+    return std::max(opts_.growth * static_cast<double>(d.floor), static_cast<double>(opts_.min_young_bytes));
+  }
+
   // Note [Two young budgets]: device i's alloc budget. Until the first
   // whole-heap collection the floor is 0: every old byte is suspect, so the
   // first cycle comes early and measures the true floor.
   std::size_t alloc_budget(std::size_t i) const {
     const device_state& d = dev_[i];
-    const double mem =
-        std::max(opts_.growth * static_cast<double>(d.floor), static_cast<double>(opts_.min_young_bytes));
+    const double mem = memory_floor(d);
     double b = std::max(mem, time_floor(i, minor_cost_.known() ? minor_cost_.predict(mem) : 0)) /
                std::clamp(d.yield, 0.5, 1.0) * d.futile;
     return static_cast<std::size_t>(std::min(b, headroom(i)));
@@ -380,7 +384,7 @@ class pressure_policy final : public gc_policy {
   // of device i's alloc budget (Note [Two young budgets]).
   void explain_early(std::size_t i, std::size_t young, std::size_t budget, bool over) const {
     const device_state& d = dev_[i];
-    const double mem = std::max(opts_.growth * static_cast<double>(d.floor), static_cast<double>(opts_.min_young_bytes));
+    const double mem = memory_floor(d);
     const double cost = minor_cost_.known() ? minor_cost_.predict(mem) : 0;
     std::fprintf(stderr,
                  "gcpressure[pressure]: early on device %zu: young %s, alloc budget %s (growth x floor %s, "
