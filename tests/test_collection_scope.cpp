@@ -24,14 +24,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-gcp::allocator_options host_limit(std::size_t hard) {
-  gcp::allocator_options o;
-  o.backend = gcp::backend_kind::host;
-  o.host_capacity = std::size_t{1} << 30;
-  o.hard_limit.bytes = hard;
-  return o;
-}
-
 // Counts what the allocator asks of it; does nothing else.
 struct counting_hook final : gcp::allocation_hook {
   void before_allocate(gcp::device_allocator&, std::size_t, gcp::stream_ref) override { ++before; }
@@ -135,7 +127,7 @@ TEST(CollectionScope, DepthNestsPerThreadAndAnUnmatchedLeaveIsRefused) {
 // the ladder's collector steps; the cheap steps still run, and the failure
 // says the collector steps were skipped.
 TEST(CollectionScope, AllocationInsideIsServedWithoutTheHook) {
-  gcp::device_allocator a(host_limit(16 * MiB));
+  gcp::device_allocator a(gcp_test::host_opts(16 * MiB));
   counting_hook hook;
   a.set_hook(&hook);
   {
@@ -164,7 +156,7 @@ TEST(CollectionScope, AllocationInsideIsServedWithoutTheHook) {
 // would wait for the collecting thread, which waits for it — see the control.)
 TEST(CollectionScope, HelperOfACollectionIsServedWithoutTheCollectionLock) {
   gcp_test::run_with_watchdog(std::chrono::seconds(120), "helper inside the collection scope", [] {
-    gcp::device_allocator a(host_limit(16 * MiB));
+    gcp::device_allocator a(gcp_test::host_opts(16 * MiB));
     handoff_collector gc(a, true);
     auto policy = gcp::make_policy("pressure", a, gc);
     policy->collect(gcp::gc_kind::minor);
@@ -187,7 +179,7 @@ TEST(CollectionScope, HelperOfACollectionIsServedWithoutTheCollectionLock) {
 // after the first collection released the lock).
 TEST(CollectionScope, ControlAThreadOutsideTheScopeWaitsForTheCollection) {
   gcp_test::run_with_watchdog(std::chrono::seconds(120), "helper outside the collection scope", [] {
-    gcp::device_allocator a(host_limit(16 * MiB));
+    gcp::device_allocator a(gcp_test::host_opts(16 * MiB));
     handoff_collector gc(a, false);
     gc.wait = 300ms;
     auto policy = gcp::make_policy("pressure", a, gc);

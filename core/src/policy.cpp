@@ -10,8 +10,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <utility>
+#include <thread>
 #include <vector>
 
 #include "gcpressure/collection_scope.hpp"
@@ -82,8 +84,32 @@ gc_policy::~gc_policy() {
     if (devices_[i]->hook() == this) devices_[i]->set_hook(nullptr);
 }
 
+std::unique_lock<std::recursive_timed_mutex> gc_policy::lock_collection() {
+  std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
+  if (!lk.owns_lock()) {
+    gc_.waiting_for_collection(true);
+    lk.lock();
+    gc_.waiting_for_collection(false);
+  }
+  return lk;
+}
+
+bool gc_policy::wait_for_collection_lock(std::unique_lock<std::recursive_timed_mutex>& lk, double limit) {
+  if (lk.try_lock()) return true;
+  // Polled, not try_lock_for: that is pthread_mutex_clocklock, which GCC
+  // 12's ThreadSanitizer does not intercept (it then reports the unlock as
+  // one of an unlocked mutex).
+  gc_.waiting_for_collection(true);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit);
+  bool got = false;
+  while (!(got = lk.try_lock()) && std::chrono::steady_clock::now() <= end)
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  gc_.waiting_for_collection(false);
+  return got;
+}
+
 void gc_policy::add_device(device_allocator& a) {
-  std::lock_guard<std::recursive_timed_mutex> lk(collect_mu_);
+  auto lk = lock_collection();
   GCPRESSURE_EXPECTS(device_index(a) == device_count(), "add_device: the policy serves this device already");
   GCPRESSURE_EXPECTS(device_count() < detail::device_list::capacity, "add_device: more than 64 devices");
   devices_.push_back(&a);
@@ -216,7 +242,7 @@ gc_policy::outcome gc_policy::run_collection(gc_kind kind, gc_reason reason) {
     sample_after(o);
     return o;
   }
-  std::lock_guard<std::recursive_timed_mutex> lk(collect_mu_);
+  auto lk = lock_collection();
   if (cycle_active()) {
     // One cycle at a time (Note [Sliced cycles]): finish the one in
     // progress; it is the collection asked for unless that is a blocking full.
@@ -265,7 +291,7 @@ bool gc_policy::step_cycle(gc_kind kind, gc_reason reason, outcome* out, bool ba
     return true;  // the outer collection does the work
   }
   collection_scope scope;
-  std::lock_guard<std::recursive_timed_mutex> lk(collect_mu_);
+  auto lk = lock_collection();
   const double t0 = now();
   if (!cycle_active()) {
     drain_all();
@@ -392,7 +418,7 @@ std::uint64_t gc_policy::sync_count() const noexcept {
 bool gc_policy::reclaim(device_allocator&, ladder_step step) {
   switch (step) {
     case ladder_step::finish_and_drain: {
-      std::lock_guard<std::recursive_timed_mutex> lk(collect_mu_);
+      auto lk = lock_collection();
       if (cycle_active()) {
         const gc_kind k = cycle_;
         while (!step_cycle(k, gc_reason::ladder, nullptr, true)) {

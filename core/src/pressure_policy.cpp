@@ -130,14 +130,7 @@ class pressure_policy final : public gc_policy {
       // that collection (bounded): allocating now would take the room it is
       // making for its own allocation, and one of us would fail for nothing.
       if (!over_headroom(i, a, bytes)) return;
-      // Polled, not try_lock_for: that is pthread_mutex_clocklock, which
-      // GCC 12's ThreadSanitizer does not intercept (it then reports the
-      // unlock as one of an unlocked mutex).
-      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-      while (!lk.try_lock()) {
-        if (std::chrono::steady_clock::now() > end) return;
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
-      }
+      if (!wait_for_collection_lock(lk, 5.0)) return;
     }
     if (now() - refreshed_at_ > 0.1) refresh_device();  // other tenants: a bounded rate
     device_state& d = dev_[i];

@@ -18,10 +18,15 @@
 //     hands the collection to our helper thread (which takes the GIL with
 //     PyGILState_Ensure and holds nothing else of ours) and waits, bounded.
 //     It stops waiting — the collection still runs later on the helper — when
-//     (a) a thread that holds the GIL has stayed inside one of our entry
-//     points for over a millisecond (it may be waiting for M: the helper
-//     cannot get the GIL before it leaves), (c) Python is shutting down, or
-//     (d) gil_wait seconds passed. (There was a (b): the thread serving the
+//     (a) the thread it needs is waiting for M: a thread that holds the GIL
+//     and could not let it go (rule 2(b)), or, with the pending-call
+//     hand-off, the main thread, for holder_grace (1 ms); (c) Python is
+//     shutting down, or (d) gil_wait seconds passed. Core says who waits for
+//     M (Note [Waiting for a collection], collector.hpp). Until session 6,
+//     (a) fired when a GIL holder merely sat in an entry point for 1 ms,
+//     which a descheduled holder on a loaded machine also does: requests
+//     were given up that would have been served (3 OOMs in 3 200 in a
+//     stress round). (There was a (b): the thread serving the
 //     request inside an entry point, for a finalizer of its collection that
 //     allocates and might wait for M. It cannot since rule 5: it was also
 //     what made finalizers that allocate fail allocations, by abandoning
@@ -29,10 +34,13 @@
 //  2. A thread that holds the GIL and enters one of our entry points (alloc,
 //     collect, hints, trim) while any collection request is in flight lets
 //     the GIL go (PyEval_SaveThread) for the duration of the call, so that
-//     the collecting thread (or the helper) can take it. g_gil_holders and
-//     g_requests form a Dekker pair (sequentially consistent): either the
-//     entering thread sees the request and lets the GIL go, or the requester
-//     sees the entering thread and stops waiting under rule 1(a).
+//     the collecting thread (or the helper) can take it. A thread that
+//     entered before the request keeps the GIL while it does not wait for M
+//     (it leaves, and the helper takes the GIL at the interpreter's next
+//     switch); if it comes to wait for M, (b):
+//     (b) A thread in an entry point that still holds the GIL and is about
+//     to wait for M (core announces it) lets the GIL go first, until the
+//     entry point returns: it never holds the GIL while it waits for M.
 //  3. A direct collector (GIL + M) loses the GIL whenever finalizers run
 //     Python code; a thread that takes it and then allocates meets rule 2 and
 //     gives it back before it can wait for M.
@@ -140,11 +148,15 @@ bool holds_gil() noexcept {
 thread_local int t_py_gc_depth = 0;
 thread_local std::uint64_t t_py_gc_starts = 0;
 thread_local clock_type::time_point t_py_gc_t0;
-thread_local bool t_is_helper = false;
 
 std::atomic<int> g_requests{0};      // collection requests in flight (rule 2)
-std::atomic<int> g_gil_holders{0};   // threads in an entry point still holding the GIL (rule 1a)
 std::atomic<std::uint64_t> g_main_thread{0};
+// Rule 1(a)'s facts, from Note [Waiting for a collection]: threads waiting
+// for M while holding the GIL (outside an entry point's guard), and whether
+// the main thread waits for M.
+std::atomic<int> g_gil_waiters{0};
+std::atomic<int> g_main_waiting{0};
+thread_local entry_guard* t_guard = nullptr;  // this thread's innermost entry guard
 
 std::uint64_t self_id() noexcept { return static_cast<std::uint64_t>(pthread_self()); }
 // --- the CPython side (GIL held) -------------------------------------------------
@@ -270,121 +282,6 @@ bool collect_with_gil(int gen, double gil_wait, bool may_wait) {
   }
 }
 
-// --- handing a collection to a thread that can take the GIL --------------------
-
-// Collections requested by threads that cannot take the GIL themselves. The
-// helper (or the main thread's pending call) runs the largest generation
-// asked for since its last batch, once, and completes every request made
-// before that batch started.
-struct handoff {
-  std::mutex mu;  // never held while waiting for the GIL or running Python code
-  std::condition_variable cv_req, cv_done;
-  std::uint64_t requested = 0;  // last request's sequence number
-  std::uint64_t done = 0;       // requests up to here have been served
-  int pending_gen = -1;
-  bool pending_call_queued = false;
-  bool helper_started = false;
-  bool helper_failed = false;
-  double gil_wait = 1.0;
-};
-handoff& H() {
-  static handoff* h = new handoff();
-  return *h;
-}
-
-// GIL held. Serves the pending requests (helper or pending call).
-void run_batch() {
-  handoff& h = H();
-  int gen;
-  std::uint64_t upto;
-  double wait;
-  {
-    std::lock_guard<std::mutex> lk(h.mu);
-    gen = h.pending_gen;
-    upto = h.requested;
-    wait = h.gil_wait;
-    h.pending_gen = -1;
-    h.pending_call_queued = false;
-  }
-  if (gen >= 0) {
-    {
-      // Rule 5: the requester's collection, run here; its finalizers'
-      // allocations are served without the policy (the requester holds M).
-      collection_scope inside;
-      if (python_alive()) collect_with_gil(gen, wait, true);
-    }
-    C().helper_batches.fetch_add(1);
-  }
-  {
-    std::lock_guard<std::mutex> lk(h.mu);
-    h.done = std::max(h.done, upto);
-  }
-  h.cv_done.notify_all();
-}
-
-int pending_call(void*) {
-  // The main thread, with the GIL, at a safe point.
-  run_batch();
-  return 0;
-}
-
-// Note [GIL and the collection lock]: the helper holds nothing of ours while
-// it waits for the GIL. It keeps one thread state for its whole life.
-void* helper_main(void*) {
-  t_is_helper = true;
-  handoff& h = H();
-  PyThreadState* ts = nullptr;
-  for (;;) {
-    {
-      std::unique_lock<std::mutex> lk(h.mu);
-      h.cv_req.wait(lk, [&] { return h.pending_gen >= 0 || g_py_shutdown.load(); });
-      if (h.pending_gen < 0) {  // shutting down with nothing to do: stay parked
-        lk.unlock();
-        std::this_thread::sleep_for(std::chrono::seconds(1));
-        continue;
-      }
-    }
-    if (!python_alive()) {  // complete the requests without collecting
-      std::lock_guard<std::mutex> lk(h.mu);
-      h.pending_gen = -1;
-      h.done = h.requested;
-      h.cv_done.notify_all();
-      continue;
-    }
-    if (!ts) {
-      (void)PyGILState_Ensure();  // creates our thread state; never released
-    } else {
-      PyEval_RestoreThread(ts);
-    }
-    run_batch();
-    ts = PyEval_SaveThread();
-  }
-  return nullptr;
-}
-
-// h.mu held.
-bool start_helper_locked(handoff& h) {
-  if (h.helper_started) return true;
-  if (h.helper_failed) return false;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  // Block every signal in the helper: signals belong to the main thread.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_t t;
-  const int rc = pthread_create(&t, &attr, helper_main, nullptr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  pthread_attr_destroy(&attr);
-  if (rc != 0) {
-    h.helper_failed = true;
-    return false;
-  }
-  h.helper_started = true;
-  return true;
-}
-
 // --- the collector the policy drives ----------------------------------------------
 
 class py_collector final : public collector {
@@ -407,6 +304,28 @@ class py_collector final : public collector {
   // CPython runs __del__ and weakref callbacks inside the collection, and
   // PyTorch's deleter frees the block at once (gcp_torch_free).
   std::size_t run_finalizers() override { return 0; }
+
+  // Rules 2(b) and 1(a) (Note [GIL and the collection lock]).
+  void waiting_for_collection(bool begins) noexcept override {
+    thread_local bool t_gil_waiter = false, t_main_waiter = false;
+    if (begins) {
+      if (t_guard && t_guard->counted_) {
+        t_guard->release();  // rule 2(b): restored when the entry point returns
+        C().gil_released_for_wait.fetch_add(1, std::memory_order_relaxed);
+      } else if (python_alive() && holds_gil()) {
+        t_gil_waiter = true;
+        g_gil_waiters.fetch_add(1, std::memory_order_seq_cst);
+      }
+      if (g_main_thread.load() == self_id()) {
+        t_main_waiter = true;
+        g_main_waiting.fetch_add(1, std::memory_order_seq_cst);
+      }
+      return;
+    }
+    if (t_gil_waiter) g_gil_waiters.fetch_sub(1, std::memory_order_seq_cst);
+    if (t_main_waiter) g_main_waiting.fetch_sub(1, std::memory_order_seq_cst);
+    t_gil_waiter = t_main_waiter = false;
+  }
   collector_counters counters() const override {
     collector_counters c;
     for (auto& n : C().python_collections) c.collections += n.load();
@@ -421,8 +340,7 @@ class py_collector final : public collector {
     gil_wait_ = s.gil_wait;
     grace_ = s.holder_grace;
     pending_ = s.pending_handoff;
-    std::lock_guard<std::mutex> lk(H().mu);
-    H().gil_wait = s.gil_wait;
+    configure_handoff(s.gil_wait, s.pending_handoff);
   }
 
  private:
@@ -451,61 +369,10 @@ class py_collector final : public collector {
       C().direct.fetch_add(1);
       collect_with_gil(gen, gil_wait_, false);
     } else {
-      hand_off(gen);
+      hand_off(gen, gil_wait_, grace_, pending_);
     }
     g_requests.fetch_sub(1, std::memory_order_seq_cst);
     add_ns(C().requested_ns, seconds_since(t0));
-  }
-
-  void hand_off(int gen) {
-    handoff& h = H();
-    std::unique_lock<std::mutex> lk(h.mu);
-    const std::uint64_t seq = ++h.requested;
-    h.pending_gen = std::max(h.pending_gen, gen);
-    bool pending = pending_ || !start_helper_locked(h);
-    if (pending) {
-      if (!h.pending_call_queued) {
-        if (Py_AddPendingCall(pending_call, nullptr) != 0) {
-          C().abandoned_timeout.fetch_add(1);
-          return;  // the queue is full; the request stays for the next batch
-        }
-        h.pending_call_queued = true;
-        C().pending_calls.fetch_add(1);
-      }
-      // The main thread runs it at its next safe point; it cannot while it
-      // is this thread.
-      if (g_main_thread.load() == self_id()) {
-        C().abandoned_main_thread.fetch_add(1);
-        return;
-      }
-    } else {
-      h.cv_req.notify_one();
-    }
-    C().handed_off.fetch_add(1);
-    const auto deadline = clock_type::now() + std::chrono::duration<double>(gil_wait_);
-    clock_type::time_point holder_since{};
-    while (h.done < seq) {
-      h.cv_done.wait_for(lk, std::chrono::microseconds(250));
-      if (h.done >= seq) break;
-      const auto now = clock_type::now();
-      if (g_gil_holders.load(std::memory_order_seq_cst) > 0) {  // rule 1(a)
-        if (holder_since == clock_type::time_point{}) holder_since = now;
-        if (std::chrono::duration<double>(now - holder_since).count() >= grace_) {
-          C().abandoned_gil_holder.fetch_add(1);
-          return;
-        }
-      } else {
-        holder_since = {};
-      }
-      if (!python_alive()) {  // rule 1(c)
-        C().abandoned_no_python.fetch_add(1);
-        return;
-      }
-      if (now > deadline) {  // rule 1(d)
-        C().abandoned_timeout.fetch_add(1);
-        return;
-      }
-    }
   }
 
   int mode_ = -1;
@@ -525,19 +392,19 @@ entry_guard::entry_guard() {
   // thread in.
   if (in_collection() || !python_alive() || !holds_gil()) return;
   C().entries_with_gil.fetch_add(1, std::memory_order_relaxed);
-  g_gil_holders.fetch_add(1, std::memory_order_seq_cst);
   counted_ = true;
+  outer_ = t_guard;
+  t_guard = this;
   if (g_requests.load(std::memory_order_seq_cst) > 0) release();
 }
 
 entry_guard::~entry_guard() {
-  if (counted_) g_gil_holders.fetch_sub(1, std::memory_order_seq_cst);
+  if (t_guard == this) t_guard = outer_;
   if (saved_) PyEval_RestoreThread(static_cast<PyThreadState*>(saved_));
 }
 
 void entry_guard::release() {
   saved_ = PyEval_SaveThread();
-  g_gil_holders.fetch_sub(1, std::memory_order_seq_cst);
   counted_ = false;
   C().gil_released.fetch_add(1, std::memory_order_relaxed);
 }
@@ -551,19 +418,10 @@ bool gil_check_available() noexcept {
 
 bool gc_hook_installed() noexcept { return g_hook_installed; }
 
-bool start_helper() {
-  std::lock_guard<std::mutex> lk(H().mu);
-  return start_helper_locked(H());
-}
 
 void python_shutdown() noexcept {
   g_py_shutdown.store(true, std::memory_order_release);
-  handoff& h = H();
-  {
-    std::lock_guard<std::mutex> lk(h.mu);
-  }
-  h.cv_req.notify_all();
-  h.cv_done.notify_all();
+  wake_handoff_waiters();
 }
 
 namespace {

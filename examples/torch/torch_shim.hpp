@@ -1,7 +1,8 @@
 // torch_shim.hpp — what the parts of libgcpressure_torch.so share (internal):
 // the settings, the entry-point counters, the thread's last error, and the
 // CPython side's interface (torch_python.cpp: the collector the policies
-// drive, the GIL discipline of the entry points, Python's liveness).
+// drive, the GIL discipline of the entry points, Python's liveness;
+// torch_handoff.cpp: collections handed to a thread that can take the GIL).
 #pragma once
 
 #include <array>
@@ -24,7 +25,7 @@ inline double seconds_since(clock_type::time_point t) {
 struct settings {
   gcpressure::config cfg;     // backend, limits, policy, budget, host capacity (GCPRESSURE_* first)
   double gil_wait = 1.0;      // longest wait for a handed-off collection (seconds)
-  double holder_grace = 0.001;  // rule 1(a): how long a GIL holder may sit in an entry point
+  double holder_grace = 0.001;  // rule 1(a): how long a GIL holder may wait for M before requests give up
   int minor_generation = -1;  // -1: auto (0, and 1 every gen1_every-th minor); 0 or 1: always
   int gen1_every = 4;
   bool pending_handoff = false;  // Py_AddPendingCall instead of the helper thread
@@ -35,10 +36,10 @@ struct settings {
 
 struct counters {
   std::atomic<std::uint64_t> alloc_calls{0}, free_calls{0}, zero_size{0}, ooms{0}, oom_retries{0}, errors{0};
-  std::atomic<std::uint64_t> entries_with_gil{0}, gil_released{0};
+  std::atomic<std::uint64_t> entries_with_gil{0}, gil_released{0}, gil_released_for_wait{0};
   std::atomic<std::uint64_t> requested_minor{0}, requested_full{0};
   std::array<std::atomic<std::uint64_t>, 3> requested_gen{};
-  std::atomic<std::uint64_t> direct{0}, handed_off{0}, pending_calls{0}, helper_batches{0};
+  std::atomic<std::uint64_t> direct{0}, handed_off{0}, pending_calls{0}, helper_batches{0}, nudges{0};
   // skipped_nested and abandoned_helper_busy stay 0 since rule 5 is core's
   // collection scope (kept: the stats' keys are a contract).
   std::atomic<std::uint64_t> skipped_nested{0}, skipped_no_python{0}, skipped_busy{0};
@@ -77,10 +78,28 @@ bool gil_check_available() noexcept;
 // GIL held: imports gc.collect, adds our gc.callbacks entry (once).
 bool ensure_gc_objects();
 bool gc_hook_installed() noexcept;
-// Starts the helper thread (once). Any thread.
-bool start_helper();
 // atexit: no Python code from here on; waiters give up.
 void python_shutdown() noexcept;
+extern std::atomic<bool> g_py_shutdown;  // python_shutdown() was called
+// GIL held: gc.collect(gen) for real, retrying while another collection runs
+// when may_wait (and for at most gil_wait); false if it never ran.
+bool collect_with_gil(int gen, double gil_wait, bool may_wait);
+// Rule 1(a)'s facts (Note [Waiting for a collection]): threads waiting for
+// the collection lock with the GIL, and whether the main thread waits for it.
+extern std::atomic<int> g_gil_waiters;
+extern std::atomic<int> g_main_waiting;
+
+// --- torch_handoff.cpp: collections handed to a thread that can take the GIL ---
+
+// Starts the helper thread (once). Any thread.
+bool start_helper();
+// Without the GIL, holding the collection lock: has gc.collect(gen) run by
+// the helper (or by the main thread's pending call when pending_mode) and
+// waits for it, giving up under rule 1 (gil_wait, grace: settings).
+void hand_off(int gen, double gil_wait, double grace, bool pending_mode);
+void configure_handoff(double gil_wait, bool pending_mode);
+// python_shutdown(): waiters re-check and give up.
+void wake_handoff_waiters() noexcept;
 // The collector every device's policy drives (made once, leaked), and its
 // settings (gil_wait, handoff, minor generation).
 gcpressure::collector& python_collector();
@@ -96,9 +115,11 @@ class entry_guard {
   entry_guard& operator=(const entry_guard&) = delete;
 
  private:
+  friend class py_collector;
   void release();
   void* saved_ = nullptr;  // PyThreadState* while the GIL is let go
   bool counted_ = false;
+  entry_guard* outer_ = nullptr;  // this thread's enclosing guard (t_guard before this one)
 };
 
 }  // namespace gcp_torch

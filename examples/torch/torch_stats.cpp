@@ -54,11 +54,12 @@ std::string stats_json() {
      << "\"" << capture_check_name(s.capture_check) << "\"},";
   os << "\"entries\":{\"alloc_calls\":" << u(c.alloc_calls) << ",\"free_calls\":" << u(c.free_calls)
      << ",\"zero_size\":" << u(c.zero_size) << ",\"ooms\":" << u(c.ooms) << ",\"oom_retries\":" << u(c.oom_retries) << ",\"errors\":" << u(c.errors)
-     << ",\"entries_with_gil\":" << u(c.entries_with_gil) << ",\"gil_released\":" << u(c.gil_released) << "},";
+     << ",\"entries_with_gil\":" << u(c.entries_with_gil) << ",\"gil_released\":" << u(c.gil_released)
+     << ",\"gil_released_for_wait\":" << u(c.gil_released_for_wait) << "},";
   os << "\"python\":{\"requested_minor\":" << u(c.requested_minor) << ",\"requested_full\":" << u(c.requested_full)
      << ",\"requested_gen\":[" << u(c.requested_gen[0]) << "," << u(c.requested_gen[1]) << ","
      << u(c.requested_gen[2]) << "],\"direct\":" << u(c.direct) << ",\"handed_off\":" << u(c.handed_off)
-     << ",\"pending_calls\":" << u(c.pending_calls) << ",\"helper_batches\":" << u(c.helper_batches)
+     << ",\"pending_calls\":" << u(c.pending_calls) << ",\"helper_batches\":" << u(c.helper_batches) << ",\"nudges\":" << u(c.nudges)
      << ",\"skipped_nested\":" << u(c.skipped_nested) << ",\"skipped_no_python\":" << u(c.skipped_no_python)
      << ",\"skipped_busy\":" << u(c.skipped_busy) << ",\"waits_other_collection\":" << u(c.waits_other_collection)
      << ",\"abandoned_gil_holder\":" << u(c.abandoned_gil_holder)

@@ -82,6 +82,18 @@ class collector {
   virtual std::size_t run_finalizers() = 0;
 
   virtual collector_counters counters() const = 0;
+
+  // Note [Waiting for a collection]
+  // Called with true on a thread about to block because another thread
+  // holds the policy's collection lock (it is collecting), and with false
+  // on the same thread once the wait is over; never nested, never inside a
+  // collection. A runtime whose collections need a lock that an allocating
+  // thread may hold lets it go here, so that the collecting thread can
+  // finish; and a thread that hands collections to a thread that can take
+  // that lock learns, from these calls, that the lock's holder is waiting
+  // for it (the PyTorch plug-in, Note [GIL and the collection lock] in
+  // examples/torch/torch_python.cpp). Must not throw, collect or allocate.
+  virtual void waiting_for_collection(bool begins) noexcept { (void)begins; }
 };
 
 }  // namespace gcpressure

@@ -227,6 +227,13 @@ class gc_policy : public allocation_hook {
   // Serialises collections the policy runs. Never an allocator lock: frees
   // from finalizers take only the pool lock, which is never held here.
   std::recursive_timed_mutex collect_mu_;
+  // collect_mu_, held; a wait for it is announced to the collector (Note
+  // [Waiting for a collection]). Every blocking acquisition goes through
+  // here or through wait_for_collection_lock().
+  std::unique_lock<std::recursive_timed_mutex> lock_collection();
+  // Polls collect_mu_ into `lk` for up to `limit` seconds, announced the
+  // same way; false if it stayed busy.
+  bool wait_for_collection_lock(std::unique_lock<std::recursive_timed_mutex>& lk, double limit);
 
  private:
   void account_exposure(double seconds);

@@ -233,6 +233,10 @@ else:
     py = raw["python"]
     if py["direct"] + py["handed_off"] == 0:
         failures.append("no collection ran through either path")
+    # Note [Nudging the main thread]: every pending-call hand-off wakes the
+    # main thread through the helper; none may be given up for want of it.
+    if args.handoff == "pending" and py["pending_calls"] > 0 and py["nudges"] == 0:
+        failures.append("pending calls were queued but the main thread was never nudged")
 if failures:
     for f in failures:
         print("FAIL:", f, file=sys.stderr)
