@@ -309,7 +309,7 @@ class py_collector final : public collector {
   void waiting_for_collection(bool begins) noexcept override {
     thread_local bool t_gil_waiter = false, t_main_waiter = false;
     if (begins) {
-      if (t_guard && t_guard->counted_) {
+      if (t_guard && t_guard->counted_ && python_alive() && holds_gil()) {
         t_guard->release();  // rule 2(b): restored when the entry point returns
         C().gil_released_for_wait.fetch_add(1, std::memory_order_relaxed);
       } else if (python_alive() && holds_gil()) {
