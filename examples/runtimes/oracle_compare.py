@@ -11,10 +11,13 @@ both runs are repeated N times and the medians are reported with their
 min-max spread.
 
 Asserts (exit 1 otherwise): every oracle run has zero OOMs; every policy run
-has zero OOMs and a peak reserved within the hard limit (a bounded peak).
+has zero OOMs and a peak reserved within the hard limit (a bounded peak);
+every run, the oracle's too, exits 0 (the loop's own --check /
+--assert-bounded held).
 --max-peak-ratio X also asserts the median peak ratio is at most X (off by
 default: the ratio is a measurement, not a pass mark). Exit 77 when a run
-exits 77 (backend not available here). The last line printed is one JSON
+exits 77 (backend not available here; only a test of a GPU backend may treat
+that as a skip: the host-backend tests have no SKIP_RETURN_CODE). The last line printed is one JSON
 object: the two medians, the ratios and the spreads.
 """
 from __future__ import annotations
@@ -73,6 +76,10 @@ def main() -> int:
     for r in oracle_runs:
         if r["ooms"]:
             fails.append(f"oracle: {r['ooms']} OOMs (the workload's live set does not fit the hard limit)")
+        if r["_rc"]:
+            # The oracle run gets the same --check / --assert-bounded as the
+            # policy run: its failure is the comparison's failure too.
+            fails.append(f"oracle: the loop's own check failed:\n{r['_stderr']}")
     for r in policy_runs:
         if r["ooms"]:
             fails.append(f"{policy}: {r['ooms']} OOMs")

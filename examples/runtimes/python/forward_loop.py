@@ -30,7 +30,10 @@ iteration ends with the iteration hint, then synchronize() (the sync point;
 --no-sync leaves it out, --no-hints the hint).
 
 Exit status: 0; 1 when --assert-bounded or --expect-oom did not hold; 2 on
-a usage or library error; 77 when the backend is unsupported here (no GPU).
+a usage or library error; 77 only with --skip-without-backend, a CUDA backend
+and that backend unsupported here (no GPU) when the allocator is created. On
+the host backend, and anywhere after the allocator exists, an unsupported
+error is a failure (2), never a skip.
 
 Baselines (see README.md):
   --collector none          the library's hook off: no collector registered,
@@ -187,7 +190,13 @@ def parse_args(argv):
                         "and total allocation >= --min-ratio x hard limit")
     p.add_argument("--min-ratio", type=float, default=20.0)
     p.add_argument("--expect-oom", action="store_true", help="fail unless at least one allocation ran out of memory")
+    p.add_argument("--skip-without-backend", action="store_true",
+                   help="exit 77 (skipped) when a CUDA backend is unsupported here (no usable GPU)")
     return p.parse_args(argv)
+
+
+class BackendUnavailable(Exception):
+    """A CUDA backend cannot be created here (no usable GPU): the only skip."""
 
 
 class ForwardLoop:
@@ -206,10 +215,16 @@ class ForwardLoop:
         else:
             gc.enable()
         gc.collect()
-        self.alloc = gp.Allocator(backend=backend, hard_limit=args.hard_limit, soft_limit=args.soft_limit,
-                                  policy=args.policy, host_capacity=args.host_capacity, gc_budget=args.gc_budget,
-                                  every_n=args.every_n, collector=(args.collector == "python"),
-                                  minor_generation=args.minor_generation, library=args.lib)
+        try:
+            self.alloc = gp.Allocator(backend=backend, hard_limit=args.hard_limit, soft_limit=args.soft_limit,
+                                      policy=args.policy, host_capacity=args.host_capacity,
+                                      gc_budget=args.gc_budget, every_n=args.every_n,
+                                      collector=(args.collector == "python"),
+                                      minor_generation=args.minor_generation, library=args.lib)
+        except gp.UnsupportedError as e:
+            if backend != "host":
+                raise BackendUnavailable(f"backend {backend}: {e}") from e
+            raise
         self.comp = Compute(self.compute_mode, backend)
         self.d, self.batch, self.L = args.d, args.batch, args.layers
         self.explicit = self.alloc.policy == "explicit_free"
@@ -451,9 +466,12 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         r = run(args)
-    except gp.UnsupportedError as e:
-        print(f"forward_loop.py: skipped: {e}", file=sys.stderr)
-        return 77
+    except BackendUnavailable as e:
+        if args.skip_without_backend:
+            print(f"forward_loop.py: skipped: {e}", file=sys.stderr)
+            return 77
+        print(f"forward_loop.py: {e}", file=sys.stderr)
+        return 2
     except gp.GcpressureError as e:
         print(f"forward_loop.py: {e}", file=sys.stderr)
         return 2
