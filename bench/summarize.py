@@ -4,8 +4,9 @@
 Usage: bench/summarize.py FILE.jsonl... (lines that are not JSON objects are
 ignored; bench/h200_matrix.sh writes one file per host heap size).
 
-A case is (backend, model shape, host heap, workload, policy); its oracle is
-explicit_free with the same backend, shape, host heap and workload. Each cell
+A case is (backend, model shape, host heap, --sync-every K, workload, policy);
+its oracle is explicit_free with the same backend, shape, host heap, K and
+workload. Each cell
 is the median over the repetitions with the spread (min-max) in brackets.
 Ratios pair repetition i of a policy with repetition i of its oracle (a
 process runs the repetitions in turn, each one every policy beside its oracle),
@@ -15,6 +16,7 @@ so a ratio's spread is the spread of the per-repetition ratios. Columns:
   exposed GC s        exposed_gc_seconds (policy's upper bound + the runtime's
                       own time); exposed % wall: its share of the loop's wall time
   raw GC s            gc_seconds_all (every collection, policy's and runtime's)
+  ms/coll             the policy's GC seconds per collection it ran (minor or full)
   minor/full          collections the policy ran; rt own: the runtime started
   blk steady          blocking whole-heap collections of any origin after the
                       first 10% of iterations (an upper bound: the runtime's
@@ -69,13 +71,15 @@ def ratios(runs, oracle, key):
 def row(policy, runs, oracle):
     it = [r["iterations"] for r in runs]
     capped = any(r["stopped_early"] for r in runs)
-    return "| %s | %s | %s | %s | %s | %s | %s / %s | %s | %s | %d | %s%s | %d |" % (
+    return "| %s | %s | %s | %s | %s | %s | %s | %s / %s | %s | %s | %d | %s%s | %d |" % (
         policy,
         cell(ratios(runs, oracle, "peak_reserved_bytes"), "%.2f"),
         cell(ratios(runs, oracle, "time_per_iter"), "%.3f"),
         cell([r["exposed_gc_seconds"] for r in runs], "%.3f"),
         cell([100 * r["exposed_gc_fraction"] for r in runs], "%.1f%%"),
         cell([r["gc_seconds_all"] for r in runs], "%.3f"),
+        cell([1e3 * r["gc_seconds"] / (r["collections_minor"] + r["collections_full"]) for r in runs
+              if r["collections_minor"] + r["collections_full"] > 0], "%.2f"),
         cell([r["collections_minor"] for r in runs], "%g"),
         cell([r["collections_full"] for r in runs], "%g"),
         cell([r["collections_runtime"] for r in runs], "%g"),
@@ -99,24 +103,24 @@ def main(argv):
         return 1
     cases = defaultdict(list)
     for r in runs:
-        cases[(shape(r), r["host_heap_mib"], r["workload"], r["policy"])].append(r)
+        cases[(shape(r), (r["host_heap_mib"], r.get("sync_every", 1)), r["workload"], r["policy"])].append(r)
     for sh in sorted({k[0] for k in cases}):
         backend, layers, d, batch, hard = sh
         print("### %s, %d x Dense(%d), batch %d, hard limit %.1f GiB\n" % (backend, layers, d, batch, hard / 2**30))
         for mib in sorted({k[1] for k in cases if k[0] == sh}):
-            print("#### host heap %d MiB\n" % mib)
+            print("#### host heap %d MiB, sync every %d\n" % mib)
             print("| workload / policy | peak / oracle | time / oracle | exposed GC s | exposed % wall | raw GC s | "
-                  "minor / full | rt own | blk steady | OOMs | iters | n |")
-            print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+                  "ms/coll | minor / full | rt own | blk steady | OOMs | iters | n |")
+            print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
             workloads = sorted({k[2] for k in cases if k[:2] == (sh, mib)}, key=lambda w: order(w, WORKLOAD_ORDER))
             for w in workloads:
                 oracle = cases.get((sh, mib, w, "explicit_free"), [])
                 if oracle:
-                    print("| **%s**: oracle peak %s MiB, %s ms/iter | | | | | | | | | | | |" % (
+                    print("| **%s**: oracle peak %s MiB, %s ms/iter | | | | | | | | | | | | |" % (
                         w, cell([o["peak_reserved_bytes"] / 2**20 for o in oracle], "%.0f"),
                         cell([1e3 * o["time_per_iter"] for o in oracle], "%.2f")))
                 else:
-                    print("| **%s**: no oracle run (ratios left out) | | | | | | | | | | | |" % w)
+                    print("| **%s**: no oracle run (ratios left out) | | | | | | | | | | | | |" % w)
                 policies = sorted({k[3] for k in cases if k[:3] == (sh, mib, w)}, key=lambda p: order(p, POLICY_ORDER))
                 for p in policies:
                     print(row(p, cases[(sh, mib, w, p)], oracle))

@@ -94,6 +94,8 @@ std::string usage() {
       "  --every-n N       every_iteration: collect every N iterations (default 1)\n"
       "  --hint-order O    before (default): iteration hint, then the policy's synchronize;\n"
       "                    after: a plain wait for the device, then the iteration hint\n"
+      "  --sync-every K    wait for the device every K iterations and after the last one\n"
+      "                    (default 1; 0: only after the last); the hint comes every iteration\n"
       "  --array-objects A global (default): array objects from Boehm's global free lists\n"
       "                    (boehm::alloc_array_object, as the bridge asks runtimes to);\n"
       "                    thread-local: GC_MALLOC (often born marked: minors promote them)\n"
@@ -193,6 +195,7 @@ void apply_flag(options& o, const std::string& a, const std::string& v) {
   else if (a == "--d") o.d = static_cast<int>(to_long(a, v, 1, 65536));
   else if (a == "--batch") o.batch = static_cast<int>(to_long(a, v, 1, 1 << 20));
   else if (a == "--host-heap-mib") o.host_heap_mib = static_cast<std::size_t>(to_long(a, v, 0, 1 << 20));
+  else if (a == "--sync-every") o.sync_every = static_cast<int>(to_long(a, v, 0, 1 << 30));
   else if (a == "--devices") o.devices = static_cast<int>(to_long(a, v, 1, 64));
   else if (a == "--host-allocs") o.host_allocs = static_cast<int>(to_long(a, v, 0, 1 << 24));
   else if (a == "--hard-limit") o.hard_limit = to_size(a, v);
@@ -222,7 +225,7 @@ const char* const valued_flags[] = {
     "--backend", "--policy", "--workload", "--reps", "--iters", "--layers", "--d", "--batch", "--host-heap-mib",
     "--host-allocs", "--hard-limit", "--soft-limit", "--host-capacity", "--gc-budget", "--every-n",
     "--promote-share", "--burst-every", "--burst-fraction", "--max-seconds", "--seed", "--trace", "--hint-order",
-    "--array-objects", "--devices",
+    "--array-objects", "--devices", "--sync-every",
     nullptr};
 
 }  // namespace

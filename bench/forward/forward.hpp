@@ -92,6 +92,11 @@ struct options {
   // true = hint, then the policy's synchronize (default); false = the
   // pre-sync-hint order (plain wait, then the hint).
   bool hint_before_sync = true;
+  // Synchronize with the device every K iterations (and after the last one);
+  // 1 = every iteration, 0 = only after the last. The iteration hint still
+  // comes every iteration. With K > 1 the host runs up to K iterations ahead
+  // of the device (Note [The device's lag] in core/src/pressure_policy.cpp).
+  int sync_every = 1;
   // Where the runtime's array objects come from (Note [Array objects] in
   // workload.cpp): true = boehm::alloc_array_object (global free lists, what
   // the bridge asks runtimes to use), false = GC_MALLOC (thread-local lists).
@@ -188,6 +193,7 @@ struct result {
   std::size_t hard_limit = 0, soft_limit = 0, device_total = 0;  // device 0's
   double gc_budget = 0;
   bool hint_before_sync = true;
+  int sync_every = 1;
   bool global_array_objects = true;
   // outcome
   int iterations = 0;               // iterations run (fewer than requested if stopped by max_seconds)

@@ -228,6 +228,7 @@ void configure(loop_state& s, const host_heap* heap) {
   r.host_heap_bytes = heap ? heap->bytes() : 0;
   r.gc_budget = o.gc_budget;
   r.hint_before_sync = o.hint_before_sync;
+  r.sync_every = o.sync_every;
   r.global_array_objects = o.global_array_objects;
   r.device_count = o.devices;
 
@@ -249,24 +250,30 @@ void configure(loop_state& s, const host_heap* heap) {
   }
 }
 
-// The end of an iteration: the iteration hint, then the policy's sync hint
+// The end of iteration `it`: the iteration hint, then the policy's sync hint
 // for every replica's stream (or, with --hint-order after, a plain wait for
-// each, then the hint). The hint runs under a device probe, so that a
-// collection it runs while the device is still busy with this iteration's
-// work is measured as hidden (Note [Exposed GC time], core/src/policy.cpp).
-// With several replicas the probe watches replica 0's stream, whose work
-// was queued first and so ends first: hidden stays a lower bound (and
-// exposed an upper bound) whatever the other devices still have queued.
-void end_iteration(loop_state& s) {
+// each, then the hint). With --sync-every K the wait comes only every K
+// iterations and after the last one (`last`); the hint comes every time.
+// The hint runs under a device probe, so that a collection it runs while the
+// device is still busy with queued work is measured as hidden (Note [Exposed
+// GC time], core/src/policy.cpp). With several replicas the probe watches
+// replica 0's stream, whose work was queued first and so ends first: hidden
+// stays a lower bound (and exposed an upper bound) whatever the other
+// devices still have queued.
+void end_iteration(loop_state& s, int it, bool last) {
   gcp::gc_policy& p = s.dh->policy();
+  const int k = s.o.sync_every;
+  const bool sync = last || (k > 0 && (it + 1) % k == 0);
   if (s.o.hint_before_sync) {
     {
       gcp::gc_policy::device_probe probe(p, s.reps[0]->comp->stream(), &s.dh->allocator(0));
       s.dh->iteration();
     }
-    for (auto& rp : s.reps) s.dh->synchronize(rp->comp->stream(), rp->device);
+    if (sync)
+      for (auto& rp : s.reps) s.dh->synchronize(rp->comp->stream(), rp->device);
   } else {
-    for (auto& rp : s.reps) rp->comp->wait();
+    if (sync)
+      for (auto& rp : s.reps) rp->comp->wait();
     s.dh->iteration();
   }
 }
@@ -314,10 +321,11 @@ void iterate(loop_state& s) {
   for (int it = 0; it < s.o.iters; ++it) {
     const auto t_iter = clock_type::now();
     const bool out_of_time = s.o.max_seconds > 0 && since(s.t_start) >= s.o.max_seconds;
-    for (auto& rp : s.reps) forward_pass(*rp, s.o, it, it == s.o.iters - 1 || out_of_time, s.r);
+    const bool last = it == s.o.iters - 1 || out_of_time;
+    for (auto& rp : s.reps) forward_pass(*rp, s.o, it, last, s.r);
     const auto t_host = clock_type::now();
     s.host_seconds += std::chrono::duration<double>(t_host - t_iter).count();
-    end_iteration(s);
+    end_iteration(s, it, last);
     s.r.sync_seconds += since(t_host);
     for (auto& rp : s.reps) checksum(*rp, s.o.d);
     record_sample(s, it);

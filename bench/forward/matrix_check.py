@@ -14,6 +14,11 @@ process, and the accounting identities every run must satisfy:
                                             promote's ring still holds some)
   peak_live_bytes >= 0.5 x hard_limit under explicit_free/burst once a
       burst ran (the burst step really holds half the hard limit at once)
+  syncs == device_count x ceil(iterations / K) with --sync-every K (K = 0:
+      device_count; the loop waits every K iterations and after the last)
+
+Extra flags such as --sync-every 8 (issue 20: the host runs up to 8
+iterations ahead of the device) are passed to forward_loop.
 
 With --devices N (N > 1; issue 14) the same runs use N replicas of the model
 on N simulated devices under one policy, with fewer iterations
@@ -79,6 +84,11 @@ def check(run):
         bad.append("burst: peak live %d < half the hard limit %d" % (run["peak_live_bytes"], run["hard_limit"]))
     if run["iterations"] < 1:
         bad.append("no iteration ran")
+    k, n = run["sync_every"], run["iterations"]
+    points = (n + k - 1) // k if k > 0 else 1
+    if run["hint_before_sync"] and n >= 1 and run["syncs"] != run["device_count"] * points:
+        bad.append("syncs %d, expected %d x %d sync points at --sync-every %d over %d iterations" % (
+            run["syncs"], run["device_count"], points, k, n))
     return bad
 
 

@@ -120,6 +120,7 @@ std::string to_json(const result& r) {
   j.d("host_seconds_per_iter", r.host_seconds_per_iter).d("sync_seconds", r.sync_seconds);
   j.d("sync_wait_seconds", r.sync_wait_seconds).d("slack_seconds", r.slack_seconds).u("syncs", r.syncs);
   j.b("hint_before_sync", r.hint_before_sync);
+  j.u("sync_every", static_cast<std::uint64_t>(r.sync_every));
   j.s("array_objects", r.global_array_objects ? "global" : "thread-local");
   j.u("finalized", r.finalized).u("allocations", r.allocations);
   j.u("collections_runtime", r.collections_runtime);
