@@ -312,14 +312,25 @@ void* device_allocator::allocate(std::size_t bytes, stream_ref stream) {
   throw_oom(bytes, tried.str(), cause.c_str());
 }
 
+// What of the cached bytes the ladder could return: after release_cache ran,
+// the rest are free parts of segments that also hold live blocks.
+std::string device_allocator::cached_detail(std::size_t cached) const {
+  if (!pool_ || cached == 0) return "";
+  const pool_counters c = pool_->counters();
+  std::ostringstream os;
+  os << " (" << format_bytes(c.releasable) << " releasable; the rest are free parts of segments with live blocks,"
+     << " usable only by requests of at most " << format_bytes(c.largest_free) << ")";
+  return os.str();
+}
+
 void device_allocator::throw_oom(std::size_t bytes, const std::string& tried, const char* cause) {
   const auto s = stats();
   std::ostringstream os;
   os << "gcpressure: out of memory on device " << s.device << " (" << to_string(s.backend) << "): tried to allocate "
      << format_bytes(bytes) << " (" << bytes << " bytes). Live (requested) " << format_bytes(s.requested.current)
      << ", allocated " << format_bytes(s.allocated.current) << ", reserved " << format_bytes(s.reserved.current)
-     << ", cached " << format_bytes(s.cached) << ", deferred frees pending " << s.deferred_pending
-     << ". Limits: soft limit " << format_bytes(s.soft_limit) << ", hard limit " << format_bytes(s.hard_limit)
+     << ", cached " << format_bytes(s.cached) << cached_detail(s.cached) << ", deferred frees pending "
+     << s.deferred_pending << ". Limits: soft limit " << format_bytes(s.soft_limit) << ", hard limit " << format_bytes(s.hard_limit)
      << ". Device: " << format_bytes(s.device_memory.free) << " free of " << format_bytes(s.device_memory.total)
      << ". Reclaim ladder tried: " << tried << ". Last failure: " << cause << ".";
   throw out_of_memory(os.str());

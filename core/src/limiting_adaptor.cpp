@@ -1,6 +1,7 @@
 // limiting_adaptor: a hard byte limit over any device_resource (the
 // allocator's hard_limit). It owns only the reserved count and the sizes of
 // its live allocations; the upstream does the allocating.
+#include <algorithm>
 #include <mutex>
 #include <sstream>
 
@@ -40,6 +41,12 @@ void* limiting_adaptor::do_allocate(std::size_t bytes, stream_ref stream) {
     throw out_of_memory("limiting_adaptor: no host memory for bookkeeping");
   }
   return p;
+}
+
+std::size_t limiting_adaptor::do_headroom() const noexcept {
+  const std::size_t lim = limit();
+  const std::size_t cur = used();
+  return std::min(lim > cur ? lim - cur : 0, upstream_.headroom());
 }
 
 void limiting_adaptor::do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept {

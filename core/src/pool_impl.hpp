@@ -197,7 +197,8 @@ struct pool_impl {
   block* find_free(std::size_t size, bool is_small, stream_ref stream);
   void insert_free(block* b);
   void erase_free(block* b) { recycle(lists[b->owner].for_size(b->small).extract(b)); }
-  std::size_t segment_size(std::size_t rounded) const;
+  // Note [Segments near the limit]; `headroom`: the upstream's (SIZE_MAX: no limit).
+  std::size_t segment_size(std::size_t rounded, std::size_t headroom) const;
   block* new_segment(std::size_t rounded, bool is_small, stream_ref stream);
   void split(block* b, std::size_t rounded);
   bool mergeable(const block* n, stream_ref owner) const {

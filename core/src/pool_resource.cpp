@@ -72,14 +72,41 @@ void pool_impl::insert_free(block* b) {
   }
 }
 
-std::size_t pool_impl::segment_size(std::size_t rounded) const {
-  if (rounded <= opts.small_threshold) return opts.small_segment;
-  if (rounded <= opts.medium_threshold) return opts.medium_segment;
-  return round_up(rounded, opts.large_round);
+// Note [Segments near the limit]
+// A segment is shared (small, medium) or rounded up (large: to 2 MiB, the
+// CUDA driver's page) so that later requests reuse it without a trip
+// upstream. Both leave bytes a stream of one request size cannot use: the
+// tail of a 20 MiB segment holding 8 MiB blocks (4 MiB), the rounding of an
+// 11 MiB block (1 MiB). With a 64 MiB hard limit, 8 MiB blocks used to fit 6
+// (three 20 MiB segments, 12 MiB of tails cached and unusable) and 7 MiB
+// blocks 6. Two rules make the bytes under a limit usable:
+// - a medium segment holds a whole number of the request that opened it,
+//   floor(20 MiB / r) blocks rounded up to 2 MiB: 16 MiB for 8 MiB blocks,
+//   14 MiB for 7 MiB ones (no tail for one size; mixed sizes share it as
+//   before);
+// - near the limit, where the upstream's headroom after this segment could
+//   not hold another one like it, the segment is exact (the request rounded
+//   to min_block).
+// Blocks of every size from 1 to 33 MiB then fill a 64 MiB limit to within
+// one block (Pool.BlocksOfEverySizeFillTheLimit). Far from a limit the 2 MiB
+// rounding of large segments stays (as in PyTorch's allocator): 11 MiB
+// blocks under a 1 GiB limit fit 85, not 93.
+std::size_t pool_impl::segment_size(std::size_t rounded, std::size_t headroom) const {
+  std::size_t n;
+  if (rounded <= opts.small_threshold) {
+    n = opts.small_segment;
+  } else if (rounded <= opts.medium_threshold) {
+    const std::size_t k = std::max<std::size_t>(1, opts.medium_segment / rounded);
+    n = round_up(k * rounded, opts.large_round);
+  } else {
+    n = round_up(rounded, opts.large_round);
+  }
+  if (n > rounded && headroom / 2 < n) return rounded;
+  return n;
 }
 
 block* pool_impl::new_segment(std::size_t rounded, bool is_small, stream_ref stream) {
-  std::size_t n = segment_size(rounded);
+  std::size_t n = segment_size(rounded, upstream.headroom());
   void* p;
   try {
     p = upstream.allocate(n, stream);
@@ -353,10 +380,15 @@ pool_counters pool_resource::counters() const noexcept {
   c.pending_blocks = 0;
   for (auto& [owner, l] : s.lists) {
     c.free_blocks += l.small.size() + l.large.size();
-    for (const free_set* set : {&l.small, &l.large})
+    for (const free_set* set : {&l.small, &l.large}) {
+      if (!set->empty()) c.largest_free = std::max(c.largest_free, (*set->rbegin())->size);
       for (const auto* b : *set)
         if (b->free_seq >= l.safe_seq) ++c.pending_blocks;
+    }
   }
+  // What release_idle() would return now.
+  for (const auto* seg : s.segments)
+    if (!seg->first->allocated && seg->first->size == seg->size) c.releasable += seg->size;
   return c;
 }
 

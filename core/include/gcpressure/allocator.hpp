@@ -162,6 +162,7 @@ class device_allocator {
   void* try_allocate(std::size_t bytes, stream_ref stream);
   void account_free(std::size_t requested, std::size_t rounded) noexcept;
   [[noreturn]] void throw_oom(std::size_t bytes, const std::string& tried, const char* cause);
+  std::string cached_detail(std::size_t cached) const;  // throw_oom's word on the cached bytes
   void resolve_limits(std::size_t available);
   bool refresh_due() noexcept;
   bool limit_grew_on_refresh() noexcept;

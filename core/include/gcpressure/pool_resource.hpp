@@ -2,8 +2,11 @@
 //
 // Best fit with splitting and coalescing (PyTorch caching allocator style):
 // requests up to 1 MiB come from 2 MiB "small" segments, up to 10 MiB from
-// 20 MiB segments, larger ones get their own segment rounded to 2 MiB. Free
-// blocks are indexed per owning stream. See Note [Stream-aware reuse] in
+// segments of up to 20 MiB (a whole number of the request that opened one,
+// rounded to 2 MiB), larger ones get their own segment rounded to 2 MiB. Near
+// the upstream's limit segments are exact-size (Note [Segments near the
+// limit] in core/src/pool_resource.cpp). Free blocks are indexed per owning
+// stream. See Note [Stream-aware reuse] in
 // core/src/pool_streams.cpp.
 //
 // Thread safety: all members are thread-safe. From a finalizer: no (takes the
@@ -40,6 +43,8 @@ struct pool_counters {
   std::size_t free_blocks = 0;
   std::size_t segments = 0;
   std::size_t pending_blocks = 0;  // free blocks waiting on an event before cross-stream reuse
+  std::size_t releasable = 0;      // cached bytes in wholly free segments (what release_cached() can return)
+  std::size_t largest_free = 0;    // the largest free block: the largest request served without a new segment
   std::uint64_t hits = 0, upstream_allocations = 0, upstream_frees = 0, upstream_failures = 0;
   std::uint64_t misuse_errors = 0, events_waited = 0;
   std::uint64_t allocations = 0, frees = 0;
@@ -123,6 +128,7 @@ class limiting_adaptor final : public device_resource {
   void* do_allocate(std::size_t bytes, stream_ref stream) override;
   void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept override;
   device_memory_info do_memory_info() const override { return upstream_.memory_info(); }
+  std::size_t do_headroom() const noexcept override;
   stream_ops& do_streams() noexcept override { return upstream_.streams(); }
   const char* do_name() const noexcept override { return "limiting"; }
 

@@ -51,6 +51,10 @@ class device_resource {
   }
 
   device_memory_info memory_info() const { return do_memory_info(); }
+  // Bytes this resource (and the ones below it) can still hand out before a
+  // limit it enforces; SIZE_MAX when it enforces none. A hint, read without
+  // reserving anything: another thread may take the bytes first. Thread-safe.
+  std::size_t headroom() const noexcept { return do_headroom(); }
   stream_ops& streams() noexcept { return do_streams(); }
   const char* name() const noexcept { return do_name(); }
 
@@ -58,6 +62,7 @@ class device_resource {
   virtual void* do_allocate(std::size_t bytes, stream_ref stream) = 0;
   virtual void do_deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept = 0;
   virtual device_memory_info do_memory_info() const = 0;
+  virtual std::size_t do_headroom() const noexcept { return static_cast<std::size_t>(-1); }
   virtual stream_ops& do_streams() noexcept { return synchronous_stream_ops(); }
   virtual const char* do_name() const noexcept = 0;
 };
