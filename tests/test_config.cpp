@@ -298,17 +298,22 @@ TEST(ConfigFromEnv, BadScalarsNameVariableAndValue) {
   expect_bad_env("GCPRESSURE_VERBOSE", "loud");
 }
 
-TEST(ConfigFromEnv, EnvironmentRestoredByGuard) {
-  // Sanity check of the test helper itself: the guard restores a prior value.
-  ::setenv("GCPRESSURE_POLICY", "outer", 1);
+// The environment is read at each call, not once: a variable set, changed or
+// removed between two calls is what the next call sees (a cached first read
+// would give every later allocator the first one's options). Also what the
+// other ConfigFromEnv tests rely on: env_guard's restore reaches the library.
+TEST(ConfigFromEnv, ReadsTheEnvironmentAtEachCall) {
+  ::setenv("GCPRESSURE_POLICY", "at_limit", 1);
+  EXPECT_EQ(config_from_env().policy, "at_limit");
   {
     env_guard env;
-    EXPECT_EQ(std::getenv("GCPRESSURE_POLICY"), nullptr);
-    env.set("GCPRESSURE_POLICY", "inner");
+    EXPECT_EQ(config_from_env().policy, config{}.policy) << "GCPRESSURE_POLICY cleared, the default expected";
+    env.set("GCPRESSURE_POLICY", "every_iteration");
+    EXPECT_EQ(config_from_env().policy, "every_iteration");
   }
-  ASSERT_NE(std::getenv("GCPRESSURE_POLICY"), nullptr);
-  EXPECT_STREQ(std::getenv("GCPRESSURE_POLICY"), "outer");
+  EXPECT_EQ(config_from_env().policy, "at_limit") << "the value restored by env_guard";
   ::unsetenv("GCPRESSURE_POLICY");
+  EXPECT_EQ(config_from_env().policy, config{}.policy);
 }
 
 // --- options table ------------------------------------------------------------

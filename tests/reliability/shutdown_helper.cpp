@@ -73,11 +73,20 @@ gcp::allocator_options opts() {
   clear_stack();
 }
 
-[[gnu::noinline]] void drop_and_collect() {
+// Drops every handle, then collects until `count()` (finalizations seen)
+// reaches k_handles or 10 s pass (GC_invoke_finalizers can return while the
+// finalizer thread is still inside one); returns the count.
+template <class Count>
+[[gnu::noinline]] unsigned long long drop_and_collect(Count&& count) {
   for (auto& b : g_handles) b = nullptr;
   clear_stack();
-  GC_gcollect();
-  GC_invoke_finalizers();
+  gcp_test::settle(
+      [] {
+        GC_gcollect();
+        GC_invoke_finalizers();
+      },
+      [&] { return count() >= k_handles; }, std::chrono::seconds(10));
+  return count();
 }
 
 // --- leaked-heap ---------------------------------------------------------------
@@ -85,11 +94,15 @@ gcp::allocator_options opts() {
 void after_main_leaked() {
   if (!g_ready) return;
   const auto pushed_before = g_heap->allocator().deferred().pushed();
-  drop_and_collect();
+  const auto finalized = drop_and_collect([&] { return g_heap->allocator().deferred().pushed() - pushed_before; });
   const std::size_t drained = g_heap->allocator().drain();
+  const std::size_t live = g_heap->allocator().live_bytes();
   std::printf("leaked-heap: after main: %llu handles finalized, %zu bytes drained, %zu bytes live\n",
-              static_cast<unsigned long long>(g_heap->allocator().deferred().pushed() - pushed_before), drained,
-              g_heap->allocator().live_bytes());
+              static_cast<unsigned long long>(finalized), drained, live);
+  std::fflush(stdout);
+  // Every handle was dropped: each one's finalizer returned its block.
+  if (finalized != k_handles) fail(std::to_string(finalized) + " of " + std::to_string(k_handles) + " finalized");
+  if (live != 0) fail(std::to_string(live) + " bytes still live after every handle was finalized and drained");
   // A runtime may trim at exit; on CUDA this may run after the runtime's
   // teardown, where the documented outcome is a cuda_error, not a crash.
   try {
@@ -119,10 +132,13 @@ void after_main_static() {
     if (!std::strstr(e.what(), "shut down")) fail(std::string("unexpected message: ") + e.what());
   }
   const auto before = gb::orphaned_finalizations();
-  drop_and_collect();
+  const auto orphaned = drop_and_collect([&] { return gb::orphaned_finalizations() - before; });
   std::printf("static-heap: after main and after the heap's destructor: %llu orphaned finalizations\n",
-              static_cast<unsigned long long>(gb::orphaned_finalizations() - before));
+              static_cast<unsigned long long>(orphaned));
   std::fflush(stdout);
+  // The destructor collected only garbage; the 64 reachable handles are
+  // finalized here, each seeing its heap gone.
+  if (orphaned != k_handles) fail(std::to_string(orphaned) + " of " + std::to_string(k_handles) + " orphaned finalizations");
 }
 
 gb::device_heap& static_heap() {

@@ -397,9 +397,19 @@ TEST(GpuShutdown, DocumentedLeakHeapDestroyedWithLiveHandlesAndRunningKernel) {
   const auto before = gb::orphaned_finalizations();
   for (auto& o : g_gpu_orphans) o = nullptr;
   clear_stack();
-  GC_gcollect();
-  GC_invoke_finalizers();
+  const auto orphaned = [&] { return gb::orphaned_finalizations() - before; };
+  gcp_test::settle(
+      [] {
+        GC_gcollect();
+        GC_invoke_finalizers();
+      },
+      [&] { return orphaned() >= 8; }, 5s);
   std::printf("[ gpu shutdown ] %llu orphaned finalizations after the heap was gone\n",
-              static_cast<unsigned long long>(gb::orphaned_finalizations() - before));
+              static_cast<unsigned long long>(orphaned()));
+  // Each dropped handle's finalizer runs and sees its heap gone. At most one
+  // may stay reachable from a stale slot of this frame (the pointers passed
+  // through it above; conservative scanning), as ShutdownHeap allows.
+  EXPECT_GE(orphaned(), 7u) << "finalizers of a destroyed heap's handles did not run";
+  EXPECT_LE(orphaned(), 8u);
   gcp::cuda_stream_synchronize(a.s);
 }

@@ -82,7 +82,11 @@ run_result run_helper(const std::string& exe_path, const std::string& mode, std:
 // The helpers' "this mode cannot run here" (no usable GPU): the test skips.
 constexpr int skip_exit_code = 77;
 
-void expect_clean_exit(const std::string& mode, int runs, const char* exe = GCP_SHUTDOWN_HELPER) {
+// `expect`: a line the helper prints only when its own checks passed (it
+// exits 3 when one fails); a helper that never got there (its atexit
+// handler skipped) fails here.
+void expect_clean_exit(const std::string& mode, int runs, const char* exe = GCP_SHUTDOWN_HELPER,
+                       const char* expect = nullptr) {
   for (int i = 0; i < runs; ++i) {
     const auto r = run_helper(exe, mode, std::chrono::seconds(60));
     if (r.status == skip_exit_code && !r.timed_out && mode.rfind("cuda-", 0) == 0) GTEST_SKIP() << r.output;
@@ -92,13 +96,26 @@ void expect_clean_exit(const std::string& mode, int runs, const char* exe = GCP_
     EXPECT_EQ(r.output.find("Sanitizer"), std::string::npos);
     EXPECT_EQ(r.output.find("runtime error"), std::string::npos);
     EXPECT_EQ(r.output.find("FAILED"), std::string::npos);
+    if (expect) {
+      EXPECT_NE(r.output.find(expect), std::string::npos) << "no '" << expect << "'";
+    }
     if (::testing::Test::HasFailure()) return;
     if (i == 0) std::printf("%s", r.output.c_str());
   }
 }
 
-TEST(ShutdownAfterMain, LeakedHeapFinalizesAfterMain) { expect_clean_exit("leaked-heap", 3); }
-TEST(ShutdownAfterMain, StaticHeapFinalizesAfterItsDestructor) { expect_clean_exit("static-heap", 3); }
+// The helper asserts the counts (exit 3 otherwise): all 64 handles
+// finalized and 0 bytes live after the drain (the bytes drained there vary:
+// the finalizer thread may have drained them first); 64 orphaned
+// finalizations.
+constexpr const char* k_leaked_ok = "64 handles finalized";
+constexpr const char* k_static_ok = "64 orphaned finalizations";
+TEST(ShutdownAfterMain, LeakedHeapFinalizesAfterMain) {
+  expect_clean_exit("leaked-heap", 3, GCP_SHUTDOWN_HELPER, k_leaked_ok);
+}
+TEST(ShutdownAfterMain, StaticHeapFinalizesAfterItsDestructor) {
+  expect_clean_exit("static-heap", 3, GCP_SHUTDOWN_HELPER, k_static_ok);
+}
 // Races: exit() against a thread still allocating and the finalizer thread.
 TEST(ShutdownAfterMain, ExitRacesAllocatingThreadAndFinalizers) {
   expect_clean_exit("racing-exit", static_cast<int>(gcp_rel::env_count("GCPRESSURE_SHUTDOWN_RUNS", gcp_rel::scaled(20, 5))));
@@ -108,8 +125,8 @@ TEST(ShutdownAfterMain, ExitRacesAllocatingThreadAndFinalizers) {
 TEST(ShutdownAfterMain, CApiDestroyWithLiveBlocksThenFinalize) {
   expect_clean_exit("capi-after-destroy", 3, GCP_SHUTDOWN_CAPI_HELPER);
 }
-TEST(ShutdownAfterMain, CudaStaticHeap) { expect_clean_exit("cuda-static-heap", 2); }
-TEST(ShutdownAfterMain, CudaLeakedHeap) { expect_clean_exit("cuda-leaked-heap", 2); }
+TEST(ShutdownAfterMain, CudaStaticHeap) { expect_clean_exit("cuda-static-heap", 2, GCP_SHUTDOWN_HELPER, k_static_ok); }
+TEST(ShutdownAfterMain, CudaLeakedHeap) { expect_clean_exit("cuda-leaked-heap", 2, GCP_SHUTDOWN_HELPER, k_leaked_ok); }
 
 // --- in process: handles outliving their heap ------------------------------------------
 

@@ -131,20 +131,26 @@ def lib_arg() -> str | None:
     return p.parse_args().lib
 
 
-def run_cases(test: str, prelude: str, cases: dict, timeout: float = 120) -> None:
+def run_cases(test: str, prelude: str, cases: dict, timeout: float = 120, after: dict | None = None) -> None:
     """Runs each case (a code snippet that sets `out`) after `prelude` in a
     fresh interpreter (the library configures once per process); prints one
-    JSON line per case, and exits 1 if any failed."""
+    JSON line per case, and exits 1 if any failed. after[name](stdout), if
+    given, checks what the case's process printed (after its RESULT line:
+    at exit); it returns None or why the case failed."""
     import textwrap
     failed = 0
     for name, body in cases.items():
-        code = prelude + textwrap.dedent(body) + "\nprint('RESULT ' + json.dumps(out))\n"
+        code = prelude + textwrap.dedent(body) + "\nprint('RESULT ' + json.dumps(out), flush=True)\n"
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
         res = None
         for line in r.stdout.splitlines():
             if line.startswith("RESULT "):
                 res = json.loads(line[7:])
         ok = r.returncode == 0 and res is not None
+        why = after[name](r.stdout) if ok and after and name in after else None
+        if why:
+            ok = False
+            r.stderr += f"\n{name}: {why}\n"
         print(json.dumps({"case": name, "ok": ok, "rc": r.returncode, "result": res}))
         if not ok:
             failed += 1

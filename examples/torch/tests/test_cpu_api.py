@@ -10,6 +10,7 @@ process). Prints one JSON line per case.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import textwrap
@@ -153,14 +154,20 @@ CASES = {
     # Blocks still held by cycles when the interpreter exits are freed during
     # finalization (after atexit), from __del__, with no collection asked for
     # and no crash; a helper thread that exists does not hang the exit.
+    # Each __del__ writes one "FREED live=N" line (builtins bound as defaults:
+    # they outlive the modules); exit_after_result checks the lines printed
+    # after RESULT: every kept block freed there, live bytes back to 0.
     "exit_with_live_cycles": """
         L = gcp.configure(hard_limit="64MiB", backend="host", lib=LIB, host_capacity="128MiB", oom="null")
         FREE = L.py.gcp_torch_free
         class B:
             def __init__(s, n):
                 s.n = n; s.p = L.c.gcp_torch_alloc(n, 0, None); s.me = s
-            def __del__(s):
+            def __del__(s, FREE=FREE, USAGE=L.py.gcp_torch_usage, WRITE=os.write, byref=ctypes.byref,
+                        live=ctypes.c_size_t(), res=ctypes.c_size_t()):
                 FREE(s.p, s.n, 0, None)
+                USAGE(0, byref(live), byref(res))
+                WRITE(1, b"FREED live=%d\\n" % live.value)
         keep = []
         def work():
             for i in range(200):
@@ -173,4 +180,19 @@ CASES = {
     """,
 }
 
-run_cases("torch_cpu_api", PRELUDE, CASES, timeout=120)
+
+
+def exit_after_result(stdout: str) -> str | None:
+    """exit_with_live_cycles: the kept blocks are freed after the case's end
+    (during finalization), and nothing is live when the last one is."""
+    after = stdout.split("RESULT ", 1)[1].splitlines()[1:]
+    freed = [int(ln.split("=")[1]) for ln in after if ln.startswith("FREED live=")]
+    kept = json.loads(stdout.split("RESULT ", 1)[1].splitlines()[0])["kept"]
+    if len(freed) < kept:
+        return f"{len(freed)} blocks freed during finalization, fewer than the {kept} kept at exit"
+    if freed[-1] != 0:
+        return f"{freed[-1]} bytes live after the last free at exit"
+    return None
+
+
+run_cases("torch_cpu_api", PRELUDE, CASES, timeout=120, after={"exit_with_live_cycles": exit_after_result})

@@ -49,6 +49,9 @@ p.add_argument("--keep", type=int, default=3, help="live blocks each thread keep
 p.add_argument("--expect-oom", action="store_true")
 p.add_argument("--max-oom-fraction", type=float, default=0.0,
                help="failed allocations tolerated (a fraction of all); the default: none")
+p.add_argument("--max-nested-oom-fraction", type=float, default=0.01,
+               help="finalizers' own allocations that may fail (a fraction of the finalizers run); "
+                    "measured 0 of 3200 in each of 3 runs, 0-3%% before the collection scope was public")
 p.add_argument("--del-allocates", action="store_true",
                help="every __del__ also allocates and frees a block (finalizers that allocate, inside collections)")
 p.add_argument("--timeout", type=float, default=150)
@@ -219,9 +222,19 @@ if args.expect_oom:
     if S.ooms == 0:
         failures.append("expected out-of-memory failures without collections, got none")
 else:
-    if (S.ooms or raw["entries"]["ooms"] > S.nested_ooms) and S.ooms > args.max_oom_fraction * S.allocs:
+    # The workers' failed allocations (none by default), the finalizers'
+    # own (bounded), and the library's count: every OOM it counted is one of
+    # those or a native thread's (a library OOM nobody saw fails too).
+    native_failures = native_out[0] if native_out else 0
+    if S.ooms > args.max_oom_fraction * S.allocs:
         failures.append(f"{S.ooms} allocations failed (library: {raw['entries']['ooms']}, of which "
                         f"{S.nested_ooms} by finalizers inside collections)")
+    if S.nested_ooms > args.max_nested_oom_fraction * S.frees:
+        failures.append(f"{S.nested_ooms} finalizers' allocations failed, more than "
+                        f"{args.max_nested_oom_fraction:.0%} of the {S.frees} finalizers run")
+    if raw["entries"]["ooms"] > S.ooms + S.nested_ooms + native_failures:
+        failures.append(f"the library counted {raw['entries']['ooms']} OOMs, the test saw "
+                        f"{S.ooms} + {S.nested_ooms} nested + {native_failures} native")
     if native_out and native_out[0] != 0:
         failures.append(f"native threads: {native_out[0]} failed or corrupted allocations")
     if total < 20 * hard:
