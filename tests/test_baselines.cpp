@@ -584,13 +584,13 @@ TEST(Baselines, EveryNameInTheListMakesThatPolicy) {
     w.use(*name);
     EXPECT_STREQ(w.policy->name(), *name);
   }
-  EXPECT_EQ(n, 6);
+  EXPECT_EQ(n, 7);
   world w(hard_mib(16));
   try {
     w.use("cuda.jl");
     FAIL() << "an unknown name was accepted";
   } catch (const gcp::logic_error& e) {
-    EXPECT_NE(std::string(e.what()).find("'cuda.jl' (expected pressure, at_limit, every_iteration, cudajl, dotnet or explicit_free)"),
+    EXPECT_NE(std::string(e.what()).find("'cuda.jl' (expected pressure, at_limit, every_iteration, cudajl, dotnet, explicit_free or runtime_native)"),
               std::string::npos)
         << e.what();
   }

@@ -60,7 +60,7 @@ TEST(PolicyNames, HelpersFollowTheList) {
   EXPECT_FALSE(is_policy_name("pressure "));
   const std::string text = policy_names_text(", ", " or ");
   EXPECT_EQ(text.find(';'), std::string::npos);
-  EXPECT_EQ(text.rfind(" or "), text.rfind(" or explicit_free")) << text;
+  EXPECT_EQ(text.rfind(" or "), text.rfind(" or runtime_native")) << text;
 }
 
 // CMake's GCPRESSURE_POLICY_NAMES (the top CMakeLists.txt; examples/ makes

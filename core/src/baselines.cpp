@@ -452,9 +452,27 @@ class explicit_free_policy final : public gc_policy {
   bool reclaim(device_allocator&, ladder_step) override { return false; }
 };
 
+// The runtime's own mechanism as the baseline (issue 23): the library asks
+// for no collection, ever (as explicit_free), and the caller does not free
+// either. A binding selecting it reports each block through its runtime's
+// own external-memory call instead (V8 napi_adjust_external_memory, .NET
+// GC.AddMemoryPressure, Guile scm_gc_register_allocation, Lua LUA_GCSTEP,
+// CPython gc.collect() every N; bdwgc has none: its own allocation pace), so
+// what bounds device memory is only that runtime's rule. Its collections are
+// counted as the runtime's own. The name lives here, in the one list, so
+// that every binding selects it with --policy runtime_native.
+class runtime_native_policy final : public gc_policy {
+ public:
+  using gc_policy::gc_policy;
+  const char* name() const noexcept override { return "runtime_native"; }
+  void before_allocate(device_allocator&, std::size_t, stream_ref) override {}
+  bool reclaim(device_allocator&, ladder_step) override { return false; }
+};
+
 // The one list of policy names (help texts and name checks elsewhere should
 // be built from policy_names(), not repeat it).
-const char* const k_names[] = {"pressure", "at_limit", "every_iteration", "cudajl", "dotnet", "explicit_free", nullptr};
+const char* const k_names[] = {"pressure", "at_limit", "every_iteration", "cudajl", "dotnet", "explicit_free", "runtime_native",
+                            nullptr};
 
 }  // namespace
 
@@ -488,6 +506,7 @@ std::unique_ptr<gc_policy> make_policy(const std::string& name, const std::vecto
   if (name == "cudajl") return std::make_unique<cudajl_policy>(d, c, o);
   if (name == "dotnet") return std::make_unique<dotnet_policy>(d, c, o);
   if (name == "explicit_free") return std::make_unique<explicit_free_policy>(d, c, o);
+  if (name == "runtime_native") return std::make_unique<runtime_native_policy>(d, c, o);
   GCPRESSURE_FAIL("unknown policy '" + name + "' (expected " + policy_names_text(", ", " or ") + ")");
 }
 
