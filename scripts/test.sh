@@ -110,7 +110,7 @@ GC_DISABLE_INCREMENTAL=1 ctest --test-dir build/tsan --output-on-failure -j"$job
   -E '^c_api_devices$'
 
 echo "=== Install into a temporary prefix; README blocks, find_package, pkg-config, Lua, Guile" && bash scripts/check-install.sh
-echo "=== pip install ./examples/torch in a venv" && bash examples/torch/check_pip.sh
+echo "=== pip install ./examples/python (and ./examples/torch) in a venv" && bash examples/python/check_pip.sh
 
 echo "=== libFuzzer: the C API under ASan/UBSan (clang), 60 s"
 probe=$(mktemp -d)

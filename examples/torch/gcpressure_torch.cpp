@@ -150,7 +150,7 @@ bool joined(const device_slot& s) noexcept { return s.policy->device_index(*s.al
 namespace {
 std::atomic<std::uint64_t> g_alloc_entries{0};  // allocation attempts, all threads
 
-void* alloc_impl(size_t size, int device, void* stream, bool nothrow) {
+void* alloc_impl(size_t size, int device, void* stream, int client, bool nothrow) {
   prof_scope timed(prof_site::alloc);
   C().alloc_calls.fetch_add(1, std::memory_order_relaxed);
   if (size == 0) {
@@ -168,7 +168,11 @@ void* alloc_impl(size_t size, int device, void* stream, bool nothrow) {
         prof_scope t(prof_site::capture_check);
         capture = s.graphs->capture_id(stream);
       }
-      if (capture) return s.graphs->allocate(size, stream, capture);
+      if (capture) {
+        void* p = s.graphs->allocate(size, stream, capture);
+        s.clients[static_cast<std::size_t>(client)].on_alloc(size);
+        return p;
+      }
     }
     std::optional<entry_guard> guard;
     {
@@ -184,7 +188,9 @@ void* alloc_impl(size_t size, int device, void* stream, bool nothrow) {
       const std::uint64_t before = g_alloc_entries.fetch_add(1, std::memory_order_relaxed) + 1;
       try {
         prof_scope t(prof_site::allocate_core);
-        return s.alloc->allocate(size, stream);
+        void* p = s.alloc->allocate(size, stream);
+        s.clients[static_cast<std::size_t>(client)].on_alloc(size);
+        return p;
       } catch (const out_of_memory&) {
         if (attempt >= 2 || g_alloc_entries.load(std::memory_order_relaxed) == before) throw;
         C().oom_retries.fetch_add(1, std::memory_order_relaxed);
@@ -203,24 +209,11 @@ void* alloc_impl(size_t size, int device, void* stream, bool nothrow) {
 }
 }  // namespace
 
-// The allocation function CUDAPluggableAllocator calls. Any thread, with or
-// without the GIL. Zero bytes: NULL (PyTorch never frees a NULL data pointer).
-// Note [Out of memory] for failures.
-GCP_EXPORT void* gcp_torch_alloc(size_t size, int device, void* stream) {
-  return alloc_impl(size, device, stream, false);
+void* gcp_torch::alloc_for(size_t size, int device, void* stream, int client, bool nothrow) {
+  return alloc_impl(size, device, stream, client, nothrow);
 }
 
-// The same, returning NULL on failure whatever the oom option says: for
-// callers that cannot take a C++ exception (ctypes).
-GCP_EXPORT void* gcp_torch_alloc_nothrow(size_t size, int device, void* stream) {
-  return alloc_impl(size, device, stream, true);
-}
-
-// The free function CUDAPluggableAllocator calls: the block goes back to the
-// pool at once, ordered on `stream` (the allocation's stream). Never takes
-// the collection lock, never touches Python; safe from finalizers, during
-// interpreter shutdown and at process exit. Misuse is reported on stderr.
-GCP_EXPORT void gcp_torch_free(void* ptr, size_t size, int device, void* stream) {
+void gcp_torch::free_for(void* ptr, size_t size, int device, void* stream, int client) {
   prof_scope timed(prof_site::free);
   C().free_calls.fetch_add(1, std::memory_order_relaxed);
   if (!ptr) return;
@@ -229,8 +222,30 @@ GCP_EXPORT void gcp_torch_free(void* ptr, size_t size, int device, void* stream)
     std::fprintf(stderr, "gcpressure_torch: free of %p on device %d, which never allocated\n", ptr, device);
     return;
   }
+  s->clients[static_cast<std::size_t>(client)].on_free(size);
   if (s->graphs->deallocate(ptr, size, stream)) return;  // a graph pool's block (Note [Graph capture])
   s->alloc->deallocate(ptr, size, stream);
+}
+
+// The allocation function CUDAPluggableAllocator calls. Any thread, with or
+// without the GIL. Zero bytes: NULL (PyTorch never frees a NULL data pointer).
+// Note [Out of memory] for failures.
+GCP_EXPORT void* gcp_torch_alloc(size_t size, int device, void* stream) {
+  return alloc_impl(size, device, stream, 0, false);
+}
+
+// The same, returning NULL on failure whatever the oom option says: for
+// callers that cannot take a C++ exception (ctypes).
+GCP_EXPORT void* gcp_torch_alloc_nothrow(size_t size, int device, void* stream) {
+  return alloc_impl(size, device, stream, 0, true);
+}
+
+// The free function CUDAPluggableAllocator calls: the block goes back to the
+// pool at once, ordered on `stream` (the allocation's stream). Never takes
+// the collection lock, never touches Python; safe from finalizers, during
+// interpreter shutdown and at process exit. Misuse is reported on stderr.
+GCP_EXPORT void gcp_torch_free(void* ptr, size_t size, int device, void* stream) {
+  free_for(ptr, size, device, stream, 0);
 }
 
 // A collection asked for by the user (policy reason "user"): minor (0) or

@@ -10,6 +10,7 @@
 #include <array>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -34,6 +35,19 @@ using capture_check_mode = settings::capture_check_mode;
 
 constexpr int k_max_devices = 64;
 
+// Note [Frameworks share the devices] (torch_clients.cpp): the frameworks
+// that allocate through this library, each counted apart on every device;
+// index 0 is PyTorch's entry points (gcp_torch_alloc / gcp_torch_free).
+constexpr const char* k_client_names[] = {"torch", "cupy", "numba", "python"};
+constexpr int k_clients = static_cast<int>(sizeof k_client_names / sizeof k_client_names[0]);
+
+// One framework's bytes on one device. Lock-free; any thread.
+struct client_counters {
+  std::atomic<std::uint64_t> live{0}, peak{0}, allocations{0}, frees{0};
+  void on_alloc(std::size_t n) noexcept;
+  void on_free(std::size_t n) noexcept;
+};
+
 // One device: its allocator and what goes with it (made by slot(), Note
 // [Devices join the policy] in gcpressure_torch.cpp).
 struct device_slot {
@@ -42,6 +56,7 @@ struct device_slot {
   std::unique_ptr<hook_gate> gate;          // the allocator's hook: the policy, off during captures
   std::unique_ptr<graph_memory> graphs;     // Note [Graph capture]
   capture_check_mode capture_check = capture_check_mode::on;
+  std::array<client_counters, k_clients> clients{};  // Note [Frameworks share the devices]
 };
 
 struct globals {
@@ -75,6 +90,12 @@ gcpressure::collector& collector_locked(globals& g);
 device_slot& slot(int device);
 // Whether `s`'s allocator has joined the policy yet.
 bool joined(const device_slot& s) noexcept;
+
+// gcpressure_torch.cpp: allocation and free for framework `client` (an index
+// of k_client_names; the exported entry points are client 0). alloc: NULL on
+// failure with last_error() set (nothrow) or throws std::runtime_error.
+void* alloc_for(std::size_t size, int device, void* stream, int client, bool nothrow);
+void free_for(void* ptr, std::size_t size, int device, void* stream, int client);
 
 // Device `device`'s slot if it has allocated, else null (and for an index
 // out of range).

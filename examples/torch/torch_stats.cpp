@@ -89,6 +89,21 @@ std::string stats_json() {
     os << (first ? "" : ",") << sl->alloc->stats_json();
     first = false;
   }
+  // Each framework's bytes per device (Note [Frameworks share the devices]).
+  os << "],\"clients\":[";
+  first = true;
+  for (int d = 0; d < k_max_devices; ++d) {
+    device_slot* sl = existing(d);
+    if (!sl) continue;
+    os << (first ? "" : ",") << "{\"device\":" << d;
+    for (int k = 0; k < k_clients; ++k) {
+      const client_counters& cc = sl->clients[static_cast<std::size_t>(k)];
+      os << ",\"" << k_client_names[k] << "\":{\"live_bytes\":" << u(cc.live) << ",\"peak_live_bytes\":" << u(cc.peak)
+         << ",\"allocations\":" << u(cc.allocations) << ",\"frees\":" << u(cc.frees) << "}";
+    }
+    os << "}";
+    first = false;
+  }
   os << "]}";
   return os.str();
 }
@@ -119,7 +134,10 @@ GCP_EXPORT int gcp_torch_usage(int device, size_t* live, size_t* reserved) {
 }
 
 GCP_EXPORT int gcp_torch_reset_peaks(int device) {
-  if (device_slot* s = existing(device)) s->alloc->reset_peaks();
+  if (device_slot* s = existing(device)) {
+    s->alloc->reset_peaks();
+    for (client_counters& cc : s->clients) cc.peak.store(cc.live.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  }
   return 0;
 }
 

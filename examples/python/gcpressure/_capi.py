@@ -133,8 +133,8 @@ class CollectorCallbacks(Structure):
 
 ENV_VAR = "GCPRESSURE_LIB"
 _HERE = os.path.dirname(os.path.abspath(__file__))
-# gcpressure_py -> python -> runtimes -> examples -> repository root
-REPO_ROOT = os.path.normpath(os.path.join(_HERE, "..", "..", "..", ".."))
+# gcpressure -> python -> examples -> repository root
+REPO_ROOT = os.path.normpath(os.path.join(_HERE, "..", "..", ".."))
 
 
 def candidate_paths() -> list[str]:
@@ -143,6 +143,10 @@ def candidate_paths() -> list[str]:
     env = os.environ.get(ENV_VAR)
     if env:
         out.append(os.path.join(env, "libgcpressure.so") if os.path.isdir(env) else env)
+    # Bundled by the wheel (gcp_build_backend.py builds it where Boehm GC is found).
+    bundled = os.path.join(_HERE, "libgcpressure.so")
+    if os.path.exists(bundled):
+        out.append(bundled)
     # The build trees of this checkout (build*/gc_bridge/libgcpressure.so), newest first.
     found = glob.glob(os.path.join(REPO_ROOT, "build*", "gc_bridge", "libgcpressure.so"))
     found.sort(key=lambda p: os.path.getmtime(p), reverse=True)

@@ -1,0 +1,5 @@
+_current = [0]
+
+
+def get_device_id():
+    return _current[0]

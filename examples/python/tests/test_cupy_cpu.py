@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""gcpressure.cupy without a GPU: the adaptor against the CuPy stand-in
+(fakes/cupy: set_allocator, UnownedMemory, MemoryPointer, the current
+stream, OutOfMemoryError as cupy/cuda/memory.pyx has them) over the plug-in
+library's host backend (real host memory). Each case in its own process."""
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import sys
+import threading
+import weakref
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _cases import MiB, Node, cycle_loop, expect, main, raises  # noqa: E402
+
+
+def setup(**kw):
+    import cupy
+    import gcpressure.cupy as g
+    kw.setdefault("hard_limit", "64MiB")
+    # GCP_CUPY_NATIVE=0: the Python reference malloc_py instead of the C malloc.
+    L = g.install(backend="host", host_capacity="256MiB", cupy=cupy, native=os.environ.get("GCP_CUPY_NATIVE") != "0",
+                  **kw)
+    return cupy, g, L
+
+
+def live(g):
+    return g.stats()["frameworks"].get("cupy", {}).get(0, {})
+
+
+def owner_returns_block():
+    cupy, g, _ = setup()
+    native = os.environ.get("GCP_CUPY_NATIVE") != "0"
+    expect(cupy.cuda.get_allocator() is (g.malloc if native else g.malloc_py), "install() set CuPy's allocator")
+    expect(type(g.malloc).__name__ == "builtin_function_or_method", "malloc is the C function")
+    a = cupy.empty(MiB // 4)
+    mem = a.data.mem
+    expect(isinstance(mem, cupy.cuda.UnownedMemory) and mem.size == MiB and mem.device_id == 0, "UnownedMemory")
+    expect(type(mem._owner).__name__ == "PyCapsule", f"the owner is the library's capsule ({mem._owner!r})")
+    ctypes.memset(a.data.ptr, 0x5A, MiB)  # real memory: write it all, read both ends
+    expect(ctypes.string_at(a.data.ptr, 1) == b"\x5a" and ctypes.string_at(a.data.ptr + MiB - 1, 1) == b"\x5a",
+           "the block is writable memory")
+    c = live(g)
+    expect(c["live_bytes"] == MiB and c["allocations"] == 1 and c["frees"] == 0, c)
+    hits = g.stats()["pool_hits"]
+    del a, mem
+    c = live(g)
+    expect(c["live_bytes"] == 0 and c["frees"] == 1, f"dropping the array gave the block back: {c}")
+    b = cupy.empty(MiB // 4)
+    expect(g.stats()["pool_hits"] == hits + 1, "the freed block came back from the pool")
+    del b
+
+
+def stream_kept_and_ordered():
+    cupy, g, L = setup()
+    h = L.c.gcp_torch_test_host_stream()  # a host-backend stream (an in-order worker)
+    s = cupy.cuda.Stream(h)
+    w = weakref.ref(s)
+    with s:
+        x = cupy.empty(MiB // 4)
+    y = cupy.empty(MiB // 4)  # back on the null stream
+    del s
+    gc.collect()
+    expect(w() is not None, "the owner keeps the allocation's stream alive")
+    del x
+    gc.collect()
+    expect(w() is None, "the stream goes once its block is freed")
+    expect(live(g)["live_bytes"] == MiB, "y still live")
+    del y
+
+
+def cycles_collected():
+    cupy, g, _ = setup()
+    cycle_loop(lambda n: cupy.empty(n // 4))  # 8 MiB per iteration, 2.3 GiB through a 64 MiB limit
+    s = g.stats()
+    expect(s["ooms"] == 0, f"no OOM ({s['ooms']})")
+    expect(s["peak_reserved_bytes"] <= 64 * MiB, s["peak_reserved_bytes"])
+    expect(s["collections_total"] > 0 and s["requested_gen"] and sum(s["requested_gen"]) > 0, s["collections"])
+
+
+def control_runs_out():
+    # The same loop with no collection asked for (explicit_free): the
+    # cycles are never freed, and the error is CuPy's type with our report.
+    cupy, g, _ = setup(policy="explicit_free")
+    try:
+        cycle_loop(lambda n: cupy.empty(n // 4))
+    except cupy.cuda.memory.OutOfMemoryError as e:
+        m = str(e)
+        expect(isinstance(e, MemoryError), "a MemoryError, as CuPy's")
+        expect("tried to allocate 8.00 MiB" in m and "hard limit 64.00 MiB" in m and "Reclaim ladder" in m, m)
+        return
+    raise AssertionError("the control did not run out of memory")
+
+
+def zero_size_and_errors():
+    cupy, g, L = setup()
+    z = cupy.empty(0)
+    expect(z.data.ptr == 0 and z.data.mem.size == 0, "zero bytes: a null MemoryPointer")
+    expect(live(g) == {}, "zero bytes allocate nothing")
+    expect(L.alloc_owned(MiB, 0, None, 99, None) is None and "unknown framework" in L.last_error(), "bad index")
+    expect(L.alloc_owned(0, 0, None, 1, None) is None and "zero-byte" in L.last_error(), "zero through the library")
+    e = raises(g.GcpressureTorchError, g.install, hard_limit="1GiB", cupy=cupy, backend="host")
+    expect("already installed" in str(e), e)
+    big = raises(cupy.cuda.memory.OutOfMemoryError, cupy.empty, 65 * MiB // 4)
+    expect("65.00 MiB" in str(big), big)
+    g.uninstall()
+    expect(cupy.cuda.get_allocator() is cupy.cuda.memory._malloc, "uninstall() restored CuPy's allocator")
+
+
+def synchronize_hint():
+    cupy, g, L = setup()
+    from cupy.cuda import stream as st
+    x = cupy.empty(MiB // 4)  # the device exists once something allocated
+
+    def syncs():
+        return g.raw_stats()["devices"][0]["gc"]["syncs"]
+
+    s0 = syncs()
+    cupy.cuda.Stream(L.c.gcp_torch_test_host_stream()).synchronize()
+    expect(syncs() == s0 + 1 and len(st.synchronized) == 1, "Stream.synchronize gave the hint, then CuPy's")
+    g.synchronize()
+    expect(syncs() == s0 + 2, "synchronize() on the current stream")
+    g.uninstall()
+    cupy.cuda.Stream(0).synchronize()
+    expect(syncs() == s0 + 2 and len(st.synchronized) == 2, "uninstall() removed the hook")
+    del x
+
+
+def threads():
+    cupy, g, _ = setup()
+    errors = []
+
+    def work():
+        try:
+            for _ in range(200):
+                a, b = Node(), Node()
+                a.p, b.p = b, a
+                a.x = cupy.empty(MiB)
+                del a, b
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    ts = [threading.Thread(target=work) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    s = g.stats()
+    expect(not errors and s["ooms"] == 0, f"{errors[:1]} ooms={s['ooms']}")
+    expect(s["frameworks"]["cupy"][0]["allocations"] == 800, s["frameworks"])
+
+
+if __name__ == "__main__":
+    cases = {f.__name__: f for f in (owner_returns_block, stream_kept_and_ordered, cycles_collected, control_runs_out,
+                                     zero_size_and_errors, synchronize_hint, threads)}
+    # The Python reference (malloc_py) through the same cases.
+    py = {f"{n}_py": f for n, f in list(cases.items())}
+    main({**cases, **py}, {n: {"GCP_CUPY_NATIVE": "0"} for n in py})

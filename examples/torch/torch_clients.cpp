@@ -1,0 +1,305 @@
+// torch_clients.cpp — the frameworks other than PyTorch that allocate through
+// libgcpressure_torch.so (issue 22: gcpressure.cupy, gcpressure.numba), and
+// the per-framework byte counts every device keeps.
+//
+// Note [Frameworks share the devices]
+// A process that uses PyTorch and CuPy (or Numba) has one CPython heap and one
+// set of devices, so it must have one policy and one pool per device: two
+// pools would each cache what the other needs, and two policies would each
+// count only their own young bytes. So every framework allocates through this
+// library's devices (slot(): one device_allocator per device, all under the
+// one policy, Note [Devices join the policy]). A block is accounted once,
+// to the framework that allocated it, whoever uses it later: a tensor handed
+// from PyTorch to CuPy through DLPack stays PyTorch's block (CuPy allocates
+// nothing for it and frees nothing when it lets it go). Each device counts
+// the live and peak bytes of every framework apart (client_counters;
+// "clients" in the stats JSON), so a mixed process sees both on one device.
+//
+// PyTorch calls gcp_torch_alloc / gcp_torch_free itself (client 0). The other
+// frameworks' adaptors are Python (examples/python/gcpressure/cupy.py,
+// numba.py) and hand memory over as an object that owns it: CuPy keeps an
+// UnownedMemory's `owner` alive exactly as long as the memory, Numba a
+// MemoryPointer's finalizer. gcp_torch_alloc_owned makes that owner a
+// capsule whose destructor frees the block on the stream it was allocated on
+// (stream-ordered, as PyTorch's frees: the pool reuses it on another stream
+// only after the work queued before the free completed) and drops the
+// reference that kept that stream alive. So nothing in Python runs when
+// CuPy drops memory, and no table of live pointers is needed.
+#define Py_LIMITED_API 0x030B0000
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+
+#include "torch_state.hpp"
+
+using namespace gcp_torch;
+
+void client_counters::on_alloc(std::size_t n) noexcept {
+  allocations.fetch_add(1, std::memory_order_relaxed);
+  const std::uint64_t now = live.fetch_add(n, std::memory_order_relaxed) + n;
+  std::uint64_t p = peak.load(std::memory_order_relaxed);
+  while (now > p && !peak.compare_exchange_weak(p, now, std::memory_order_relaxed)) {
+  }
+}
+
+void client_counters::on_free(std::size_t n) noexcept {
+  frees.fetch_add(1, std::memory_order_relaxed);
+  live.fetch_sub(n, std::memory_order_relaxed);
+}
+
+namespace {
+
+constexpr const char* k_capsule_name = "gcpressure.block";
+
+// What an owner capsule frees when it dies.
+struct owned_block {
+  void* ptr;
+  std::size_t size;
+  int device;
+  void* stream;
+  int client;
+  PyObject* keep;  // a strong reference (the framework's stream object), or null
+};
+
+// The capsule's destructor: runs where the owner's last reference goes, with
+// the GIL (inside a collection, at interpreter shutdown, on any thread).
+// free_for never takes the collection lock and never calls Python.
+void release_owned(PyObject* capsule) {
+  auto* b = static_cast<owned_block*>(PyCapsule_GetPointer(capsule, k_capsule_name));
+  if (!b) {
+    PyErr_Clear();
+    return;
+  }
+  try {
+    free_for(b->ptr, b->size, b->device, b->stream, b->client);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gcpressure: free of %p (%zu bytes, device %d) failed: %s\n", b->ptr, b->size, b->device,
+                 e.what());
+  }
+  PyObject* keep = b->keep;
+  delete b;
+  Py_XDECREF(keep);
+}
+
+PyObject* none() {
+  Py_INCREF(Py_None);
+  return Py_None;
+}
+
+// The owner of block `p`: a capsule that frees it (on `stream`) and drops
+// `keep` (None or null: nothing kept) when it dies. On failure (no host
+// memory) the block is freed here and null returned, the Python error cleared.
+PyObject* make_owner(void* p, std::size_t size, int device, void* stream, int client, PyObject* keep) {
+  auto* b = new (std::nothrow) owned_block{p, size, device, stream, client, nullptr};
+  PyObject* cap = b ? PyCapsule_New(b, k_capsule_name, release_owned) : nullptr;
+  if (!cap) {
+    PyErr_Clear();
+    delete b;
+    free_for(p, size, device, stream, client);
+    return nullptr;
+  }
+  if (keep && keep != Py_None) {
+    Py_INCREF(keep);
+    b->keep = keep;
+  }
+  return cap;
+}
+
+}  // namespace
+
+// The index of framework `name` in k_client_names (Note [Frameworks share the
+// devices]), or -1. Any thread.
+GCP_EXPORT int gcp_torch_client_id(const char* name) {
+  for (int i = 0; i < k_clients; ++i)
+    if (name && std::strcmp(name, k_client_names[i]) == 0) return i;
+  return -1;
+}
+
+// An allocation for framework `client` on `device`, ordered on `stream`, as
+// a tuple (pointer as an int, owner capsule): the block is freed on `stream`
+// when the owner dies, and `keep` (may be None) stays referenced until then.
+// Returns None when the allocation failed (out of memory after the reclaim
+// ladder, or a bad argument): gcp_torch_last_error() says why, so the caller
+// raises its framework's own exception. Zero bytes: None too (callers handle
+// empty arrays themselves). Call with the GIL held (ctypes.PyDLL); it may
+// collect (CPython's collector runs on this thread, Note [GIL and the
+// collection lock]). Thread-safe.
+GCP_EXPORT PyObject* gcp_torch_alloc_owned(std::size_t size, int device, void* stream, int client,
+                                           PyObject* keep) {
+  if (client < 0 || client >= k_clients) {
+    fail("gcp_torch_alloc_owned: unknown framework index " + std::to_string(client));
+    return none();
+  }
+  if (size == 0) {
+    fail("gcp_torch_alloc_owned: zero-byte request");
+    return none();
+  }
+  void* p = alloc_for(size, device, stream, client, true);
+  if (!p) return none();
+  PyObject* cap = make_owner(p, size, device, stream, client, keep);
+  PyObject* addr = cap ? PyLong_FromVoidPtr(p) : nullptr;
+  PyObject* out = addr ? PyTuple_Pack(2, addr, cap) : nullptr;
+  Py_XDECREF(addr);
+  Py_XDECREF(cap);  // a failure here still frees the block, through the capsule
+  if (!out) {
+    PyErr_Clear();
+    fail("gcp_torch_alloc_owned: no host memory for the owner object");
+    return none();
+  }
+  return out;
+}
+
+// --- CuPy's allocator in C ------------------------------------------------------------
+
+// Note [A C allocator for CuPy]
+// cupy.cuda.set_allocator takes any callable(nbytes) -> MemoryPointer. A
+// Python function there costs a frame, a ctypes call (argument conversion
+// per call) and the lookups of CuPy's device and stream; the same steps as
+// one C function (a builtin bound to the CuPy callables it needs) cost a few
+// C calls into CuPy. It does what gcpressure/cupy.py's reference version
+// (malloc_py) does, in the same order: the current device
+// (cupy.cuda.device.get_device_id), zero bytes -> an empty UnownedMemory,
+// else CuPy's current stream (get_current_stream().ptr), the allocation on
+// it, the owner capsule keeping the stream object, UnownedMemory(ptr, size,
+// owner, device), MemoryPointer(mem, 0); on failure the exception that the
+// Python `oom(nbytes, device)` returns (CuPy's OutOfMemoryError with the
+// library's report) is raised.
+
+namespace {
+
+constexpr const char* k_binding_name = "gcpressure.cupy_binding";
+
+struct cupy_binding {
+  PyObject* get_device_id;
+  PyObject* get_stream;
+  PyObject* unowned;
+  PyObject* pointer;
+  PyObject* oom;
+  PyObject* ptr_name;  // "ptr", interned
+  PyObject* zero;      // 0
+  int client;
+};
+
+void free_binding(cupy_binding* b) {
+  for (PyObject* o : {b->get_device_id, b->get_stream, b->unowned, b->pointer, b->oom, b->ptr_name, b->zero})
+    Py_XDECREF(o);
+  delete b;
+}
+
+void drop_binding(PyObject* capsule) {
+  auto* b = static_cast<cupy_binding*>(PyCapsule_GetPointer(capsule, k_binding_name));
+  if (b) free_binding(b);
+  else PyErr_Clear();
+}
+
+// UnownedMemory(addr, size, owner, device) -> MemoryPointer(mem, 0). Takes
+// nothing; returns a new reference or null with the Python error set.
+PyObject* cupy_pointer(const cupy_binding& b, PyObject* addr, std::size_t size, PyObject* owner, long device) {
+  PyObject* n = PyLong_FromSize_t(size);
+  PyObject* d = n ? PyLong_FromLong(device) : nullptr;
+  PyObject* args = d ? PyTuple_Pack(4, addr, n, owner, d) : nullptr;
+  Py_XDECREF(n);
+  Py_XDECREF(d);
+  PyObject* mem = args ? PyObject_Call(b.unowned, args, nullptr) : nullptr;
+  Py_XDECREF(args);
+  if (!mem) return nullptr;
+  PyObject* margs = PyTuple_Pack(2, mem, b.zero);
+  Py_DECREF(mem);
+  PyObject* mp = margs ? PyObject_Call(b.pointer, margs, nullptr) : nullptr;
+  Py_XDECREF(margs);
+  return mp;
+}
+
+// Raises what b.oom(size, device) returns.
+PyObject* raise_oom(const cupy_binding& b, std::size_t size, long device) {
+  PyObject* e = PyObject_CallFunction(b.oom, "nl", static_cast<Py_ssize_t>(size), device);
+  if (e) {
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(e)), e);
+    Py_DECREF(e);
+  }
+  return nullptr;
+}
+
+PyObject* cupy_malloc(PyObject* self, PyObject* arg) {
+  auto* b = static_cast<cupy_binding*>(PyCapsule_GetPointer(self, k_binding_name));
+  if (!b) return nullptr;
+  const std::size_t size = PyLong_AsSize_t(arg);
+  if (size == static_cast<std::size_t>(-1) && PyErr_Occurred()) return nullptr;
+  PyObject* dev_obj = PyObject_CallNoArgs(b->get_device_id);
+  if (!dev_obj) return nullptr;
+  const long device = PyLong_AsLong(dev_obj);
+  Py_DECREF(dev_obj);
+  if (device == -1 && PyErr_Occurred()) return nullptr;
+  if (size == 0) return cupy_pointer(*b, b->zero, 0, Py_None, device);
+  PyObject* stream = PyObject_CallNoArgs(b->get_stream);
+  PyObject* sp = stream ? PyObject_GetAttr(stream, b->ptr_name) : nullptr;
+  void* s = sp ? PyLong_AsVoidPtr(sp) : nullptr;
+  Py_XDECREF(sp);
+  if (!sp || PyErr_Occurred()) {
+    Py_XDECREF(stream);
+    return nullptr;
+  }
+  void* p = alloc_for(size, static_cast<int>(device), s, b->client, true);
+  if (!p) {
+    Py_DECREF(stream);
+    return raise_oom(*b, size, device);
+  }
+  PyObject* owner = make_owner(p, size, static_cast<int>(device), s, b->client, stream);
+  Py_DECREF(stream);
+  PyObject* addr = owner ? PyLong_FromVoidPtr(p) : nullptr;
+  PyObject* mp = addr ? cupy_pointer(*b, addr, size, owner, device) : nullptr;
+  Py_XDECREF(addr);
+  Py_XDECREF(owner);  // if anything failed, this frees the block
+  if (!owner) PyErr_NoMemory();
+  return mp;
+}
+
+PyMethodDef k_cupy_malloc_def = {"malloc", cupy_malloc, METH_O,
+                                 "malloc(nbytes) -> cupy.cuda.MemoryPointer (gcpressure.cupy; Note [A C allocator for "
+                                 "CuPy] in torch_clients.cpp)"};
+
+}  // namespace
+
+// The builtin `malloc(nbytes)` of Note [A C allocator for CuPy], bound to
+// CuPy's callables and framework index `client`; None (last_error says why)
+// on bad arguments. With the GIL (ctypes.PyDLL). The builtin itself is
+// thread-safe (any thread with the GIL; it may collect on that thread).
+GCP_EXPORT PyObject* gcp_torch_cupy_allocator(PyObject* get_device_id, PyObject* get_stream, PyObject* unowned,
+                                              PyObject* pointer, PyObject* oom, int client) {
+  if (client < 0 || client >= k_clients) {
+    fail("gcp_torch_cupy_allocator: unknown framework index " + std::to_string(client));
+    return none();
+  }
+  for (PyObject* o : {get_device_id, get_stream, unowned, pointer, oom})
+    if (!o || !PyCallable_Check(o)) {
+      fail("gcp_torch_cupy_allocator: an argument is not callable");
+      return none();
+    }
+  for (PyObject* o : {get_device_id, get_stream, unowned, pointer, oom}) Py_INCREF(o);
+  auto* b = new (std::nothrow) cupy_binding{get_device_id, get_stream, unowned, pointer, oom,
+                                            PyUnicode_InternFromString("ptr"), PyLong_FromLong(0), client};
+  PyObject* self = b && b->ptr_name && b->zero ? PyCapsule_New(b, k_binding_name, drop_binding) : nullptr;
+  if (!self) {
+    PyErr_Clear();
+    if (b) {
+      free_binding(b);
+    } else {
+      for (PyObject* o : {get_device_id, get_stream, unowned, pointer, oom}) Py_DECREF(o);
+    }
+    fail("gcp_torch_cupy_allocator: out of host memory");
+    return none();
+  }
+  PyObject* fn = PyCFunction_New(&k_cupy_malloc_def, self);
+  Py_DECREF(self);
+  if (!fn) {
+    PyErr_Clear();
+    fail("gcp_torch_cupy_allocator: could not make the function");
+    return none();
+  }
+  return fn;
+}
