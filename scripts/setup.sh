@@ -16,6 +16,8 @@ pkgs=(cmake ninja-build g++ pkg-config libgc-dev libgtest-dev libbenchmark-dev
 # examples/runtimes/node: node and its headers. A node installed otherwise
 # (e.g. NodeSource's nodejs, which ships /usr/include/node) is kept.
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs libnode-dev)
+# examples/runtimes/dotnet: Mono 6.8 (mcs builds, mono runs).
+pkgs+=(mono-runtime mono-mcs)
 
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 have_candidate() {  # the package exists in this system's package lists
