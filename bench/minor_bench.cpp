@@ -25,7 +25,8 @@
 //       Variants: 0 minor while the iteration's device work is in flight
 //       (the loop), 1 wait for the device first, then the minor, 2 no device
 //       work at all (the minor_overhead conditions, 1 iteration's young
-//       bytes), 3 no minors (host time without collections), 4 as 0 but the
+//       bytes), 3 no minors, each array freed when it dies (the oracle's
+//       host time, without collections), 4 as 0 but the
 //       sliced minor the policy runs at syncs (Note [Sliced minors]: 1 ms
 //       slices back to back, then finalizers and drain), 5 as 2 with the
 //       thread asleep for MINOR_BENCH_SLEEP_MS (default 5) before each minor
@@ -260,7 +261,8 @@ struct loop_rig {
   fwd::result r;
   int it = 0;
 
-  loop_rig(const fwd::options& opts, bool device_work) : o(opts) {
+  // oracle: the loop frees each array the moment it dies (unsafe_free).
+  loop_rig(const fwd::options& opts, bool device_work, bool oracle = false) : o(opts) {
     const bool cuda = uses_cuda(o);
     comp = device_work ? fd::make_compute(cuda, 0) : std::make_unique<no_compute>();
     gcp::allocator_options ao;
@@ -270,7 +272,7 @@ struct loop_rig {
     gcp::policy_options po;
     dh = std::make_unique<gcp::boehm::device_heap>(ao, "at_limit", po);
     rp.comp = comp.get();
-    rp.arr = std::make_unique<fd::arrays>(*dh, comp->stream(), 0, false, o.global_array_objects);
+    rp.arr = std::make_unique<fd::arrays>(*dh, comp->stream(), 0, oracle, o.global_array_objects);
     fd::init_model(rp, o, dh->allocator(0).hard_limit());
   }
   ~loop_rig() {
@@ -363,7 +365,7 @@ void minor_in_loop(benchmark::State& st) {
     const char* z = std::getenv("MINOR_BENCH_SLEEP_MS");
     const double sleep_ms = z && *z ? std::atof(z) : 5.0;
     heap_for(mib);
-    loop_rig rig(loop_options(), variant != 2 && variant != 5);
+    loop_rig rig(loop_options(), variant != 2 && variant != 5, variant == 3);
     GC_gcollect();
     rig.settle();
     std::vector<double> minor, host, faults, pagefaults;

@@ -178,14 +178,38 @@ int GC_CALLBACK scan_library(const char* name, void*, std::size_t) {
 // counters().own_full_collections instead. GC_INITIAL_HEAP_SIZE=64M at H=0
 // A=300 did not change them either (own 74-77, whole-heap 9-10, vs 72-82,
 // 10-11): min_bytes_allocd() follows the bytes in use, not the heap size.
-// Parallel markers (runtime_options.markers): not measurable here: at
-// H=256 A=300 gc_seconds per policy minor (collection + finalizers + drain)
-// was 16-108 ms with GC_MARKERS=1 and 16-106 ms with 2 over 3 runs each
-// (8 agents on 2 cores); the H200 figure
-// (16 markers: ~85 -> ~55 ms at 1 GiB) is the lead's. alloc.c: a stopped
-// mark with a time limit, and GC_collect_a_little_inner with one, set
-// GC_parallel_mark_disabled, so only minors without a time limit mark in
-// parallel; time-limited slices (whole-heap, and sliced minors) never do.
+// alloc.c: a stopped mark with a time limit, and GC_collect_a_little_inner
+// with one, set GC_parallel_mark_disabled, so only minors without a time
+// limit mark in parallel; time-limited slices (whole-heap, and sliced
+// minors) never do.
+//
+// Note [One marker for minors] (runtime_options.markers defaults to 1)
+// Measured on the H200's host (16 CPUs, so bdwgc's default is 16 markers),
+// bench/minor_bench.cpp boehm/minor_in_loop/256/*: the forward loop's
+// allocations (8 x Dense(4096), batch 1024, cuda_async) over a 256 MiB heap
+// of 64-byte linked nodes, a library minor after every iteration; per case
+// the median of 60 minors, 3 cases per variant (bench/RESULTS.md, 2026-12-02):
+//   markers  minor, device busy / idle / no device   mark phase   host ms/iter
+//   16       7.06 / 6.80 / 7.51 ms                    4.9-7.1 ms   1.35-2.5
+//   1        3.48 / 3.67 / 3.13 ms                    2.0-2.4 ms   0.08-0.42
+// (host ms/iter: the loop's own allocations and launches, 0.17-0.40 ms with
+// no minors.) With 16 markers only the process's first case was fast (3.67
+// ms, host 0.57 ms); every later one ran at 6.2-8.6 ms with 1.35-2.5 ms of
+// host time, the heap holding 2.5-3.3 MiB of unmapped blocks and the kernel
+// serving ~6 page faults per iteration. With one marker all 12 cases (720
+// minors) stayed at 3.1-3.7 ms, no block unmapped, no page faults: the
+// in-loop minor is 1.11x the one with no device (target 1.3x), and the
+// minor fits the ~5.2 ms the host waits at a sync. A partial collection's
+// work is mostly serial (GC_read_dirty and GC_protect_heap, then
+// GC_push_next_marked_dirty over every block, then little marking), and
+// parallel marking keeps approximate block mark counts (mark.c, reclaim.c:
+// never decremented to zero); which of bdwgc's paths turns 16 markers into
+// the slow state is not pinned down (the sliced minor, marked by one thread
+// in the same 16-marker process, was slow too: 5.3-7.7 ms, host 1.0-2.5).
+// The price: blocking whole-heap collections (GC_gcollect: shutdown, the
+// reclaim ladder, baselines' blocking fulls, bdwgc's own) mark in one thread;
+// the policy's whole-heap cycles are sliced and never marked in parallel.
+// GC_MARKERS or runtime_options.markers = 0 give bdwgc's default back.
 void init(const runtime_options& o) {
   static std::once_flag once;
   std::call_once(once, [&] {

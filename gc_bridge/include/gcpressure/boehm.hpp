@@ -45,8 +45,11 @@ struct runtime_options {
   // before GC_INIT); 0: Boehm decides (the number of CPUs). Boehm's GC_MARKERS
   // variable wins over this. No effect when bdwgc was initialised before
   // (by the runtime). Only stopped marks without a time limit run in
-  // parallel (the policy's minors; not the time-limited slices).
-  unsigned markers = 0;
+  // parallel (the policy's minors; not the time-limited slices). Default 1:
+  // on a 16-core host parallel marking doubled a minor and slowed the
+  // allocations after it (Note [One marker for minors] in
+  // gc_bridge/src/boehm_collector.cpp).
+  unsigned markers = 1;
 };
 
 // Initialises Boehm for the process once: GC_INIT, thread registration,
