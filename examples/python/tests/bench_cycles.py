@@ -240,6 +240,7 @@ def run_variant(fw, v, rep):
     iters = max(1, int(ITERS.get(v, 0) * args.scale))
     gc.collect()
     fw.sync()
+    s0 = fw.g.stats() if fw.mode == "gcpressure" else None
     g0 = [s["collections"] for s in gc.get_stats()]
     t0 = time.perf_counter()
     live = None
@@ -274,11 +275,11 @@ def run_variant(fw, v, rep):
     r = {"variant": v, "rep": rep, "iterations": iters, "seconds_per_iter": dt / iters, "ooms": st["ooms"],
          "oom_message": st["oom"], "live_bytes": live, "python_collections": [b - a for a, b in zip(g0, g1)]}
     if fw.mode == "gcpressure":
-        s = fw.g.stats()
+        s = fw.g.stats()  # this run's share: the counters are the process's
         r["peak_reserved_bytes"] = s["peak_reserved_bytes"]
-        r["gcpressure_collections"] = s["collections"]
-        r["gcpressure_ooms"] = s["ooms"]
-        r["gc_seconds"] = s["gc_seconds"]
+        r["gcpressure_collections"] = {k: n - s0["collections"][k] for k, n in s["collections"].items()}
+        r["gcpressure_ooms"] = s["ooms"] - s0["ooms"]
+        r["gc_seconds"] = s["gc_seconds"] - s0["gc_seconds"]
     else:
         r["peak_reserved_bytes"] = st["peak"]
     if v != "acyclic_64" and live:
@@ -316,6 +317,10 @@ def main():
                                                   max(r["seconds_per_iter"] for r in rs)],
                       "peak_reserved_median": statistics.median(r["peak_reserved_bytes"] for r in rs),
                       "live_bytes": max(r["live_bytes"] for r in rs)}
+        if "gc_seconds" in rs[0]:
+            summary[v]["gc_seconds_per_iter_median"] = statistics.median(r["gc_seconds"] / r["iterations"] for r in rs)
+            summary[v]["collections_median"] = statistics.median(sum(r["gcpressure_collections"].values())
+                                                                 for r in rs)
         if "peak_over_live" in rs[0]:
             summary[v]["peak_over_live_median"] = statistics.median(r["peak_over_live"] for r in rs)
     emit(summary)
