@@ -374,9 +374,11 @@ void gc_policy::synchronize(stream_ref stream, device_allocator* on) {
   // by at most half a slice).
   const double t0 = now();
   double sample = 0;
+  bool waited = false;
   {
     device_probe probe(*this, stream, &dev);
     if (probe.busy()) {
+      waited = true;
       {
         std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
         if (lk.owns_lock()) before_block(dev, [&probe] { return probe.busy(); });
@@ -394,10 +396,18 @@ void gc_policy::synchronize(stream_ref stream, device_allocator* on) {
       stats_.sync_wait_seconds += now() - t1;
     }
   }
+  {
+    std::lock_guard<std::mutex> s(stats_mu_);
+    stats_.syncs++;
+    slack_ = stats_.syncs == 1 ? sample : 0.75 * slack_ + 0.25 * sample;
+    stats_.slack_seconds = slack_;
+  }
+  after_sync(dev, waited);
+}
+
+double gc_policy::device_wait_seconds() const noexcept {
   std::lock_guard<std::mutex> s(stats_mu_);
-  stats_.syncs++;
-  slack_ = stats_.syncs == 1 ? sample : 0.75 * slack_ + 0.25 * sample;
-  stats_.slack_seconds = slack_;
+  return stats_.sync_wait_seconds + stats_.hidden_gc_seconds;
 }
 
 double gc_policy::own_exposed_seconds() const noexcept {

@@ -32,20 +32,17 @@
 // budget; when memory is needed at once its slices run back to back, which is
 // a blocking collection and counted as one (blocking_cycles).
 //
-// Note [Two young budgets]
-// A collection at a synchronize, while the device still works, is free up to
-// the slack. So the policy has two thresholds:
-//   sync budget  = bytes after which a collection at a sync is due: the
-//                  minimum when the predicted minor fits in the slack;
-//                  otherwise the exposed part x allocation rate / GC budget;
-//   alloc budget = bytes after which a collection at an allocation is due:
-//                  max(growth x floor, minor cost x rate / GC budget) divided
-//                  by the measured yield, times the futile stretch (Note
-//                  [Collections that find nothing]), capped by the headroom.
-// With no syncs (CPU-bound loops, runtimes that never wait) only the alloc
-// budget acts: the first version's behaviour. The GC budget is closed-loop on
-// exposed time: a sync collection whose exposed part would take the policy's
-// exposed GC time over gc_budget x wall time waits.
+// Note [Where collections run]
+// Every decision is detail::decide() over an explicit model (Note [One
+// decision over an explicit model], pressure_model.hpp), at three events:
+// an allocation (young bytes against the threshold at the device's lag,
+// Note [The device's lag]; or the headroom), an iteration hint (the same,
+// plus Note [Quiet moments]) and a sync (the lag there is the slack, or what
+// minors measured exposed there: Note [Collect in the device's time]). What
+// collections teach the model (rate, yield, floors, futility, the cost of a
+// minor and of a cycle) is learned in learn_minor / learn_full, apart from
+// the decisions. With no syncs and no lag (CPU-bound loops) the threshold is
+// the budget rule: rate x predicted pause / gc budget, and growth x floor.
 //
 // Note [No collection storms]
 // Near the hard limit reserved bytes include the pool's cache, which is
@@ -72,30 +69,31 @@
 // headroom bounds the stretch: memory that is needed is collected.
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdio>
-#include <thread>
+#include <limits>
 #include <vector>
 
 #include "cost_model.hpp"
+#include "device_lag.hpp"
 #include "gcpressure/config.hpp"
 #include "gcpressure/policy.hpp"
+#include "pressure_model.hpp"
 
 namespace gcpressure {
 
-
 namespace {
 
-constexpr int k_headroom_collections_per_iteration = 2;  // Note [No collection storms]
-constexpr double k_max_futile_stretch = 16;               // Note [Collections that find nothing]
+using detail::pressure_action;
+using detail::pressure_event;
 
 // Note [Per-device state]
 // What the policy learns about device memory is per device (Note [One
 // policy, N devices] in policy.hpp): its floor, old and live bytes, its
-// allocation rate and yield, its headroom and the other tenants' share of
-// it. What it learns about the collector is shared: the cost of a minor
-// (which depends on the host heap, and on the young objects of all devices
-// together), the cost and wall time of a whole-heap cycle, the exposed time.
+// allocation rate and yield, its headroom, its lag and the other tenants'
+// share of it. What it learns about the collector is shared: the cost of a
+// minor (which depends on the host heap, and on the young objects of all
+// devices together), the cost and wall time of a whole-heap cycle, the
+// exposed time.
 struct device_state {
   // Guarded by collect_mu_.
   double rate = 0, yield = 1.0;  // young bytes per second; share of young bytes gone at a collection
@@ -103,9 +101,11 @@ struct device_state {
   double stretch = 0;            // Note [Quiet moments]: bytes per stretch between hints
   std::size_t young_at_quiet = 0, collected_since_quiet = 0;
   std::size_t backoff = 0;       // Note [No collection storms]
-  double futile = 1;             // Note [Collections that find nothing]: the alloc budget's stretch
+  double futile = 1;             // Note [Collections that find nothing]: the threshold's stretch
+  detail::device_lag lag;        // Note [The device's lag]
   // Relaxed atomics: read without the lock (Note [Concurrent allocators],
   // Note [The allocation fast path]).
+  std::atomic<stream_ref> last_stream{nullptr};  // of the last allocation: hints record on it
   std::atomic<std::size_t> device_free{0}, reserved_at_refresh{0};
   std::atomic<std::size_t> fast_young{0}, fast_live{0}, fast_reserved{0};  // 0 fast_young: slow path
 };
@@ -113,7 +113,8 @@ struct device_state {
 class pressure_policy final : public gc_policy {
  public:
   pressure_policy(const std::vector<device_allocator*>& d, collector& c, policy_options o)
-      : gc_policy(d, c, o), dev_(new device_state[detail::device_list::capacity]) {
+      : gc_policy(d, c, o), tuning_(detail::pressure_tuning::from(o)),
+        dev_(new device_state[detail::device_list::capacity]) {
     last_end_ = now();
     own_full_seen_ = c.counters().own_full_collections;
     refresh_device();
@@ -122,70 +123,74 @@ class pressure_policy final : public gc_policy {
 
   void before_allocate(device_allocator& a, std::size_t bytes, stream_ref stream) override {
     const std::size_t i = device_index(a);
-    if (i == device_count() || nothing_due(i, a, bytes)) return;  // Note [The allocation fast path]
+    if (i == device_count()) return;
+    dev_[i].last_stream.store(stream, std::memory_order_relaxed);
+    if (nothing_due(i, a, bytes)) return;  // Note [The allocation fast path]
     std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
     if (!lk.owns_lock()) {
       // Note [Concurrent allocators]: another thread is collecting. Below
       // the headroom, allocate without queueing behind it. Over it, wait for
       // that collection (bounded): allocating now would take the room it is
       // making for its own allocation, and one of us would fail for nothing.
-      if (!over_headroom(i, a, bytes)) return;
+      if (!detail::over_headroom(device_view(i, bytes), tuning_)) return;
       if (!wait_for_collection_lock(lk, 5.0)) return;
     }
-    if (now() - refreshed_at_ > 0.1) refresh_device();  // other tenants: a bounded rate
-    device_state& d = dev_[i];
-    const std::size_t young = a.since_mark() + bytes;
-    const std::size_t budget = alloc_budget(i);
-    const bool over = over_headroom(i, a, bytes);
-    // A probe on the allocation's stream: work still running there when a
-    // collection ends means the host ran ahead and the collection was hidden
-    // (Note [Exposed GC time]).
-    if (cycle_active()) {
-      // Finish the cycle at once when memory is needed now (a blocking
-      // collection: Note [Whole-heap cycles pay ...]); otherwise a whole-heap
-      // cycle is paced by the exposed budget, a sliced minor waits for syncs.
-      const bool need = young >= budget || over;
-      if (!need && (minor_cycle_active() || exposed_fraction() >= opts_.gc_budget)) return;
-      device_probe probe(*this, stream, &a);
-      outcome o;
-      if (need) finish_cycle(gc_reason::early);
-      else if (step_full_cycle(gc_reason::early, &o)) after_full(o);
-      probe.rethrow();
-      return;
-    }
-    const bool headroom_due = over && young >= std::max(opts_.min_young_bytes, d.backoff) &&
-                              headroom_collections_ < k_headroom_collections_per_iteration;
-    if (young < budget && !headroom_due) {
+    if (now() - refreshed_at_ > tuning_.refresh_seconds) refresh_device();  // other tenants: a bounded rate
+    const detail::pressure_snapshot snap = snapshot(i, pressure_event::allocation, bytes);
+    const detail::pressure_decision dec = detail::decide(snap, tuning_);
+    if (dec.action == pressure_action::none) {
       publish_fast_path();
       return;
     }
-    if (opts_.verbose) explain_early(i, young, budget, over);
+    // A probe on the allocation's stream: work still running there when a
+    // collection ends means the host ran ahead and the collection was hidden
+    // (Note [Exposed GC time]).
     device_probe probe(*this, stream, &a);
-    for (std::size_t j = 0; j < device_count(); ++j) dev_[j].collected_since_quiet += device(j).since_mark();
-    if (young < budget) ++headroom_collections_;
-    begin_minor();
-    const outcome o = run_collection(gc_kind::minor, gc_reason::early);
-    // Note [No collection storms]: a headroom collection that found little
-    // on this device doubles the young bytes the next one needs there.
-    const device_outcome& od = o.devices[i];
-    d.backoff = od.reclaimed * 4 < od.young_before ? std::max(d.backoff * 2, opts_.min_young_bytes) : 0;
-    finish_minor(o, gc_reason::early);
+    if (dec.action == pressure_action::finish_cycle) {
+      finish_cycle(gc_reason::early);
+    } else if (dec.action == pressure_action::step_cycle) {
+      outcome o;
+      if (step_full_cycle(gc_reason::early, &o)) learn_full(o);
+    } else {
+      if (opts_.verbose) explain_early(snap, dec);
+      for (std::size_t j = 0; j < device_count(); ++j) dev_[j].collected_since_quiet += device(j).since_mark();
+      if (dec.headroom) ++headroom_collections_;
+      begin_minor();
+      const outcome o = run_collection(gc_kind::minor, gc_reason::early);
+      // Note [No collection storms]: a headroom collection that found little
+      // on this device doubles the young bytes the next one needs there.
+      const device_outcome& od = o.devices[i];
+      device_state& d = dev_[i];
+      d.backoff = od.reclaimed * 4 < od.young_before ? std::max(d.backoff * 2, opts_.min_young_bytes) : 0;
+      finish_minor(o, gc_reason::early);
+    }
     publish_fast_path();
     probe.rethrow();
   }
 
   void iteration() override {
-    quiet_moment(false);
     std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
     if (!lk.owns_lock()) return;  // another thread's collection: its counters stay
+    // Note [The device's lag]: an event per device at every iteration hint.
+    const double t = now();
+    for (std::size_t i = 0; i < device_count(); ++i)
+      dev_[i].lag.hint(device(i).streams(), dev_[i].last_stream.load(std::memory_order_relaxed), t);
+    hint_work();
     headroom_collections_ = 0;
     for (std::size_t i = 0; i < device_count(); ++i) dev_[i].backoff = 0;
+    publish_fast_path();
   }
 
   void quiet_moment(bool will_block) override {
     std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
     if (!lk.owns_lock()) return;
-    quiet_work(will_block);
+    if (will_block) {
+      // No stream to poll: assume the device is busy for the smoothed slack.
+      const double t0 = now(), slack = slack_estimate();
+      block_work([&] { return now() - t0 < slack; });
+    } else {
+      hint_work();
+    }
     publish_fast_path();
   }
 
@@ -205,6 +210,14 @@ class pressure_policy final : public gc_policy {
     publish_fast_path();
   }
 
+  void after_sync(device_allocator& on, bool waited) override {
+    const std::size_t i = device_index(on);
+    std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
+    if (i == device_count() || !lk.owns_lock()) return;
+    dev_[i].lag.synced(now(), waited, tuning_.smoothing);
+    publish_fast_path();
+  }
+
  private:
   std::size_t young_of(std::size_t i) const noexcept { return device(i).since_mark(); }
   std::size_t young_all() const noexcept {
@@ -213,60 +226,93 @@ class pressure_policy final : public gc_policy {
     return y;
   }
 
-  void quiet_work(bool will_block) {
-    if (will_block) {
-      // No stream to poll: assume the device is busy for the smoothed slack.
-      const double t0 = now(), slack = slack_estimate();
-      block_work([&] { return now() - t0 < slack; });
-      return;
-    }
-    // Note [Quiet moments defer to syncs]: a loop that also synchronizes
-    // gets its collections there, where the device hides them; a collection
-    // at the hint would be on the host's path.
+  // Device i as the model sees it, with an allocation of `bytes` to come.
+  // Reads only relaxed atomics and the allocator (Note [Concurrent allocators]).
+  detail::device_snapshot device_view(std::size_t i, std::size_t bytes) const {
+    const device_allocator& a = device(i);
+    const device_state& d = dev_[i];
+    detail::device_snapshot v;
+    v.young = a.since_mark() + bytes;
+    v.live = a.live_bytes() + bytes;
+    v.reserved = a.reserved_bytes() + bytes;
+    v.soft = a.soft_limit();
+    v.hard = a.hard_limit();
+    v.device_free = d.device_free.load(std::memory_order_relaxed);
+    v.reserved_at_refresh = d.reserved_at_refresh.load(std::memory_order_relaxed);
+    return v;
+  }
+
+  // The model's inputs at `event` for device i (under the collection lock).
+  detail::pressure_snapshot snapshot(std::size_t i, pressure_event event, std::size_t bytes) {
+    detail::pressure_snapshot s;
+    s.event = event;
+    s.device = i;
+    s.dev = device_view(i, bytes);
+    const device_state& d = dev_[i];
+    s.dev.live_after = d.live_after;
+    s.dev.floor = d.floor;
+    s.dev.rate = d.rate;
+    s.dev.yield = d.yield;
+    s.dev.futile = d.futile;
+    s.dev.backoff = d.backoff;
+    s.dev.stretch = d.stretch;
+    s.cost_known = minor_cost_.known();
+    s.pause = s.cost_known ? minor_cost_.predict(static_cast<double>(young_all() + bytes)) : 0;
+    s.lag = event == pressure_event::sync ? sync_lag(s.pause) : 0;
+    const double t = now();
+    for (std::size_t j = 0; j < device_count(); ++j) s.lag = std::max(s.lag, dev_[j].lag.lag(t));
+    s.exposed = own_exposed_seconds();
+    s.wall = wall_seconds();
+    s.headroom_collections = headroom_collections_;
+    s.cycle = cycle_active();
+    s.minor_cycle = minor_cycle_active();
+    s.syncing = syncing_;
+    return s;
+  }
+
+  // The lag at a sync: the slack, or what minors run at syncs measured
+  // exposed there (Note [Exposed GC time]); a collector that slices its
+  // minors hides them whatever their length (Note [Sliced cycles]).
+  double sync_lag(double pause) const {
+    if (gc_.has_incremental_minor()) return std::numeric_limits<double>::infinity();
+    if (minor_exposed_samples_ == 0) return slack_estimate();
+    return std::max(0.0, pause - minor_exposed_);
+  }
+
+  // An iteration hint or a quiet moment that will not block.
+  void hint_work() {
+    // Note [Quiet moments defer to syncs]: a loop that also synchronizes at
+    // its hints gets its exposed collections there, where the device hides
+    // them; only hidden ones run at the hint.
     const std::uint64_t syncs = sync_count();
-    const bool syncing = syncs != syncs_at_quiet_;
+    syncing_ = syncs != syncs_at_quiet_;
     syncs_at_quiet_ = syncs;
-    if (syncing) return;
-    if (cycle_active()) {
-      if (full_cycle_active() && exposed_fraction() < opts_.gc_budget) {
-        outcome o;
-        if (step_full_cycle(gc_reason::quiet_moment, &o)) after_full(o);
-      }
-      return;
+    bool minor = false, step = false;
+    for (std::size_t i = 0; i < device_count(); ++i) {
+      learn_stretch(i);
+      const detail::pressure_decision dec = detail::decide(snapshot(i, pressure_event::hint, 0), tuning_);
+      minor = minor || dec.action == pressure_action::minor;
+      step = step || dec.action == pressure_action::step_cycle;
     }
-    // Note [Quiet moments]: collect here when the next stretch of work (as
-    // much as was allocated since the last quiet moment) would cross the
-    // alloc budget anyway: the collection then happens where few temporaries
-    // are alive instead of in the middle of the work. Any device may ask.
-    bool due = false;
-    for (std::size_t i = 0; i < device_count(); ++i) due = quiet_due(i) || due;
-    if (due) {
+    if (!step && !minor) return;
+    // Hidden or not is measured on the primary device's last stream (Note
+    // [Exposed GC time]); a runtime's own probe around the hint, if any, is
+    // the same measurement.
+    device_probe probe(*this, dev_[0].last_stream.load(std::memory_order_relaxed), &device(0));
+    if (step) {
+      outcome o;
+      if (step_full_cycle(gc_reason::quiet_moment, &o)) learn_full(o);
+    } else {
       begin_minor();
       finish_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment), gc_reason::quiet_moment);
     }
+    probe.rethrow();
   }
 
-  // Updates device i's stretch bookkeeping; true if it wants a collection now.
-  bool quiet_due(std::size_t i) {
-    device_state& d = dev_[i];
-    const std::size_t young = young_of(i);
-    const std::size_t total = young + d.collected_since_quiet;
-    const double stretch = static_cast<double>(total > d.young_at_quiet ? total - d.young_at_quiet : 0);
-    d.stretch = d.stretch > 0 ? 0.75 * d.stretch + 0.25 * stretch : stretch;
-    d.young_at_quiet = young;
-    d.collected_since_quiet = 0;
-    const std::size_t budget = alloc_budget(i);
-    const bool enough = young >= static_cast<std::size_t>(opts_.quiet_fraction * static_cast<double>(budget));
-    const bool would_cross = static_cast<double>(young) + d.stretch >= static_cast<double>(budget);
-    return young >= opts_.min_young_bytes / 2 && enough && would_cross;
-  }
-
-  // True if some device's young bytes reached its sync budget.
-  bool sync_due() const {
-    for (std::size_t i = 0; i < device_count(); ++i) {
-      const std::size_t young = young_of(i);
-      if (young >= std::max(opts_.min_young_bytes, sync_budget(i, young))) return true;
-    }
+  // True if some device asks for a minor at this sync.
+  bool sync_due() {
+    for (std::size_t i = 0; i < device_count(); ++i)
+      if (detail::decide(snapshot(i, pressure_event::sync, 0), tuning_).action == pressure_action::minor) return true;
     return false;
   }
 
@@ -276,7 +322,7 @@ class pressure_policy final : public gc_policy {
     if (!cycle_active()) {
       if (!sync_due()) return;
       // A whole minor only where it surely fits; a sliced one otherwise.
-      const double share = gc_.has_incremental_minor() ? 0.5 : 1.0;
+      const double share = gc_.has_incremental_minor() ? tuning_.sync_fit_share : 1.0;
       const bool fits =
           minor_cost_.known() && minor_cost_.predict(static_cast<double>(young_all())) <= share * slack_estimate();
       if (!gc_.has_incremental_minor() || fits) {
@@ -292,7 +338,7 @@ class pressure_policy final : public gc_policy {
       outcome o;
       if (!step_cycle(k, gc_reason::quiet_moment, &o)) continue;
       if (k == gc_kind::minor) finish_minor(o, gc_reason::quiet_moment);
-      else after_full(o);
+      else learn_full(o);
       if (!cycle_active()) return;
     }
   }
@@ -300,37 +346,45 @@ class pressure_policy final : public gc_policy {
   // Note [The allocation fast path]
   // before_allocate runs before every allocation (a pool hit costs ~100 ns).
   // When no cycle is in progress and the allocation stays under its
-  // device's young budget, headroom and device-free threshold last computed
-  // under the collection lock, and the devices' free memory was read less
-  // than 0.1 s ago, nothing can be due: return with a few relaxed loads and
-  // one clock read, without the lock or the cost model. The thresholds are
-  // published by the slow paths; a cycle in progress disables the fast path.
+  // device's bounds last published under the collection lock, and the
+  // devices' free memory was read less than refresh_seconds ago, nothing can
+  // be due: return with a few relaxed loads and one clock read, without the
+  // lock or the cost model. The bounds are decide()'s own: the young
+  // threshold at the best lag the device can have (fast_young_bound) and the
+  // headroom's (fast_bounds); a cycle in progress disables the fast path.
   bool nothing_due(std::size_t i, device_allocator& a, std::size_t bytes) const noexcept {
     const device_state& d = dev_[i];
     const std::size_t young_limit = d.fast_young.load(std::memory_order_relaxed);
     if (young_limit == 0 || a.since_mark() + bytes >= young_limit) return false;
     if (a.live_bytes() + bytes > d.fast_live.load(std::memory_order_relaxed)) return false;
     if (a.reserved_bytes() + bytes > d.fast_reserved.load(std::memory_order_relaxed)) return false;
-    return now() - fast_refreshed_.load(std::memory_order_relaxed) < 0.1;
+    return now() - fast_refreshed_.load(std::memory_order_relaxed) < tuning_.refresh_seconds;
   }
 
   void publish_fast_path() noexcept {
     const bool off = cycle_active();
     fast_refreshed_.store(refreshed_at_, std::memory_order_relaxed);
+    const bool known = minor_cost_.known();
+    const double pause = known ? minor_cost_.predict(static_cast<double>(young_all())) : 0;
     for (std::size_t i = 0; i < device_count(); ++i) {
       device_state& d = dev_[i];
       if (off) {
         d.fast_young.store(0, std::memory_order_relaxed);
         continue;
       }
-      const device_allocator& a = device(i);
-      const std::size_t hard = a.hard_limit() / 20 * 19;
-      d.fast_live.store(std::min(a.soft_limit(), hard), std::memory_order_relaxed);
-      const std::size_t free_then = d.device_free.load(std::memory_order_relaxed);
-      const std::size_t at = d.reserved_at_refresh.load(std::memory_order_relaxed);
-      d.fast_reserved.store(free_then > 0 ? at + free_then - free_then / 10 : ~std::size_t{0},
-                            std::memory_order_relaxed);
-      d.fast_young.store(alloc_budget(i), std::memory_order_relaxed);
+      detail::device_snapshot v = device_view(i, 0);
+      v.live_after = d.live_after;
+      v.floor = d.floor;
+      v.rate = d.rate;
+      v.yield = d.yield;
+      v.futile = d.futile;
+      const detail::headroom_bounds b = detail::fast_bounds(v, tuning_);
+      d.fast_live.store(b.live, std::memory_order_relaxed);
+      d.fast_reserved.store(b.reserved, std::memory_order_relaxed);
+      bool lag_possible = false;
+      for (std::size_t j = 0; j < device_count(); ++j) lag_possible = lag_possible || dev_[j].lag.possible();
+      const std::size_t young = detail::fast_young_bound(v, known, pause, lag_possible, tuning_);
+      d.fast_young.store(std::max<std::size_t>(young, 1), std::memory_order_relaxed);
     }
   }
 
@@ -339,95 +393,24 @@ class pressure_policy final : public gc_policy {
     return wall > 0 ? own_exposed_seconds() / wall : 0;
   }
 
-  // The alloc budget's memory term: max(growth x floor, min_young_bytes).
-  double memory_floor(const device_state& d) const {
-    return std::max(opts_.growth * static_cast<double>(d.floor), static_cast<double>(opts_.min_young_bytes));
-  }
-
-  // Note [Two young budgets]: device i's alloc budget. Until the first
-  // whole-heap collection the floor is 0: every old byte is suspect, so the
-  // first cycle comes early and measures the true floor.
-  std::size_t alloc_budget(std::size_t i) const {
-    const device_state& d = dev_[i];
-    const double mem = memory_floor(d);
-    double b = std::max(mem, time_floor(i, minor_cost_.known() ? minor_cost_.predict(mem) : 0)) /
-               std::clamp(d.yield, 0.5, 1.0) * d.futile;
-    return static_cast<std::size_t>(std::min(b, headroom(i)));
-  }
-
-  // Note [Two young budgets]: device i's sync budget, for `young` bytes now.
-  std::size_t sync_budget(std::size_t i, std::size_t young) const {
-    // Learn the cost where it is cheapest. Then the exposed part of a minor
-    // as measured (Note [Exposed GC time]); before that, the part of a whole
-    // minor that outlasts the slack (a sliced one is assumed to fit).
-    if (!minor_cost_.known()) return opts_.min_young_bytes;
-    double exposed = minor_exposed_;
-    if (minor_exposed_samples_ == 0)
-      exposed = gc_.has_incremental_minor()
-                    ? 0
-                    : std::max(0.0, minor_cost_.predict(static_cast<double>(young)) - slack_estimate());
-    if (exposed <= 1e-4) return opts_.min_young_bytes;
-    const double wall = wall_seconds();
-    if (wall > 0 && (own_exposed_seconds() + exposed) / wall > opts_.gc_budget) return alloc_budget(i);
-    const double b = std::max(static_cast<double>(opts_.min_young_bytes), time_floor(i, exposed));
-    return static_cast<std::size_t>(std::min({b, static_cast<double>(alloc_budget(i)), headroom(i)}));
-  }
-
   // --verbose: why an allocation-time collection was taken, with every term
-  // of device i's alloc budget (Note [Two young budgets]).
-  void explain_early(std::size_t i, std::size_t young, std::size_t budget, bool over) const {
-    const device_state& d = dev_[i];
-    const double mem = memory_floor(d);
-    const double cost = minor_cost_.known() ? minor_cost_.predict(mem) : 0;
+  // of the model (Note [One decision over an explicit model]).
+  void explain_early(const detail::pressure_snapshot& s, const detail::pressure_decision& dec) const {
+    const detail::device_snapshot& d = s.dev;
     std::fprintf(stderr,
-                 "gcpressure[pressure]: early on device %zu: young %s, alloc budget %s (growth x floor %s, "
-                 "predicted minor %.1f us x rate %s/s / gc budget %.2f = %s, yield %.2f, futile x%.0f, headroom %s)%s\n",
-                 i, format_bytes(young).c_str(), format_bytes(budget).c_str(),
-                 format_bytes(static_cast<std::size_t>(mem)).c_str(), cost * 1e6,
-                 format_bytes(static_cast<std::size_t>(d.rate)).c_str(), opts_.gc_budget,
-                 format_bytes(static_cast<std::size_t>(time_floor(i, cost))).c_str(), d.yield, d.futile,
-                 format_bytes(static_cast<std::size_t>(headroom(i))).c_str(), over ? ", over the headroom" : "");
+                 "gcpressure[pressure]: early on device %zu: young %s, threshold %s (floor %s, predicted minor "
+                 "%.1f us, lag %.1f us, rate %s/s, gc budget %.2f, yield %.2f, futile x%.0f, "
+                 "headroom %s)%s\n",
+                 s.device, format_bytes(d.young).c_str(), format_bytes(dec.threshold).c_str(),
+                 format_bytes(static_cast<std::size_t>(
+                                  std::max(opts_.growth * static_cast<double>(d.floor),
+                                           static_cast<double>(opts_.min_young_bytes))))
+                     .c_str(),
+                 s.pause * 1e6, s.lag * 1e6, format_bytes(static_cast<std::size_t>(d.rate)).c_str(),
+                 opts_.gc_budget, d.yield, d.futile,
+                 format_bytes(static_cast<std::size_t>(detail::headroom(d, tuning_))).c_str(),
+                 dec.headroom ? ", over the headroom" : dec.hidden ? ", hidden in the lag" : "");
   }
-
-  // Young bytes on device i that keep collections costing `cost` each within
-  // the GC budget at that device's allocation rate. A collection resets
-  // every device's young bytes, so collections come at the rate of the
-  // device that fills its budget first: per-device floors bound it.
-  double time_floor(std::size_t i, double cost) const {
-    const double rate = dev_[i].rate;
-    if (rate <= 0 || cost <= 0) return 0;
-    return cost * rate / opts_.gc_budget;
-  }
-
-  // Room for young bytes on device i under its soft limit and free memory.
-  double headroom(std::size_t i) const {
-    const device_state& d = dev_[i];
-    const double live = static_cast<double>(d.live_after);
-    const double soft = static_cast<double>(device(i).soft_limit());
-    double room = soft > live ? soft - live : 0;
-    const std::size_t free_then = d.device_free.load(std::memory_order_relaxed);
-    if (free_then > 0) room = std::min(room, 0.9 * static_cast<double>(free_then));
-    return std::max(room, static_cast<double>(opts_.min_young_bytes));
-  }
-
-  // True when this allocation would take live bytes past the soft limit, or
-  // allocated bytes near the hard limit or the device's free memory
-  // (Note [No collection storms]: cached bytes do not count).
-  bool over_headroom(std::size_t i, device_allocator& a, std::size_t bytes) const {
-    const std::size_t live = a.live_bytes() + bytes;
-    if (live > a.soft_limit()) return true;
-    if (live > a.hard_limit() / 20 * 19) return true;
-    // Free device memory (other processes count), refreshed at a bounded
-    // rate. Read without the collection lock by threads that wait for
-    // another's collection (Note [Concurrent allocators]): relaxed atomics.
-    const device_state& d = dev_[i];
-    const std::size_t reserved = a.reserved_bytes() + bytes;
-    const std::size_t at_refresh = d.reserved_at_refresh.load(std::memory_order_relaxed);
-    const std::size_t free_then = d.device_free.load(std::memory_order_relaxed);
-    const std::size_t grown = reserved > at_refresh ? reserved - at_refresh : 0;
-    return free_then > 0 && grown + free_then / 10 > free_then;
-  }
-
   // Other tenants: one driver read per device, which also re-resolves the
   // allocator's "%avail" limits (Note [Limits of available memory]), so the
   // soft limit the budgets use shrinks with the memory others leave.
@@ -444,29 +427,42 @@ class pressure_policy final : public gc_policy {
     }
   }
 
+  double smooth(double old, double sample) const {
+    return old > 0 ? (1 - tuning_.smoothing) * old + tuning_.smoothing * sample : sample;
+  }
+
+  // Note [Quiet moments]: the young bytes allocated between two hints.
+  void learn_stretch(std::size_t i) {
+    device_state& d = dev_[i];
+    const std::size_t young = young_of(i);
+    const std::size_t total = young + d.collected_since_quiet;
+    d.stretch = smooth(d.stretch, static_cast<double>(total > d.young_at_quiet ? total - d.young_at_quiet : 0));
+    d.young_at_quiet = young;
+    d.collected_since_quiet = 0;
+  }
+
   void learn_rate(const outcome& o) {
     const double interval = now() - last_end_ - o.seconds;
     for (std::size_t i = 0; i < o.devices.size(); ++i) {
       device_state& d = dev_[i];
       if (interval <= 0 || o.devices[i].young_before == 0) continue;
-      const double r = static_cast<double>(o.devices[i].young_before) / interval;
-      d.rate = d.rate > 0 ? 0.75 * d.rate + 0.25 * r : r;
+      d.rate = smooth(d.rate, static_cast<double>(o.devices[i].young_before) / interval);
     }
     last_end_ = now();
   }
 
   // The exposed seconds of the minor that starts now are measured from here;
-  // only minors run at syncs teach the sync budget what they expose.
+  // only minors run at syncs teach the sync's lag what they expose.
   void begin_minor(bool at_sync = false) {
     exposed_at_minor_start_ = own_exposed_seconds();
     minor_at_sync_ = at_sync;
   }
 
-  void after_minor(const outcome& o) {
+  void learn_minor(const outcome& o) {
     learn_rate(o);
     if (minor_at_sync_) {
       const double exposed = std::max(0.0, own_exposed_seconds() - exposed_at_minor_start_);
-      minor_exposed_ = minor_exposed_samples_++ ? 0.75 * minor_exposed_ + 0.25 * exposed : exposed;
+      minor_exposed_ = minor_exposed_samples_++ ? smooth(minor_exposed_, exposed) : exposed;
       minor_at_sync_ = false;
     }
     minor_cost_.add(static_cast<double>(o.young_before), o.seconds);
@@ -477,14 +473,15 @@ class pressure_policy final : public gc_policy {
       // (the runtime's own collections free handles too, unseen by
       // `reclaimed`). Smoothed: one minor measured while finalizers were
       // still queued (seen on the H200: 0.5 of 4 GiB found, 15 GiB by the
-      // next) must not quadruple the next budget.
+      // next) must not quadruple the next threshold.
       const std::size_t grew = od.live_after > d.live_after ? od.live_after - d.live_after : 0;
       const std::size_t gone = od.young_before > grew ? od.young_before - grew : 0;
       if (od.young_before > 0)
-        d.yield = 0.75 * d.yield + 0.25 * static_cast<double>(gone) / static_cast<double>(od.young_before);
+        d.yield = (1 - tuning_.smoothing) * d.yield +
+                  tuning_.smoothing * static_cast<double>(gone) / static_cast<double>(od.young_before);
       if (od.young_before >= opts_.min_young_bytes) {  // Note [Collections that find nothing]
         if (od.reclaimed * 16 >= od.young_before) d.futile = 1.0;
-        else if (gone * 2 >= od.young_before) d.futile = std::min(d.futile * 2, k_max_futile_stretch);
+        else if (gone * 2 >= od.young_before) d.futile = std::min(d.futile * 2, tuning_.max_futile_stretch);
       }
       d.live_after = od.live_after;
       d.old = od.live_after;  // every survivor is old now
@@ -493,12 +490,11 @@ class pressure_policy final : public gc_policy {
     refresh_device();
   }
 
-  void after_full(const outcome& o) {
+  void learn_full(const outcome& o) {
     learn_rate(o);
-    full_cost_ = full_cost_ > 0 ? 0.75 * full_cost_ + 0.25 * o.seconds : o.seconds;
-    const double wall = now() - cycle_started_;
-    full_wall_ = full_wall_ > 0 ? 0.75 * full_wall_ + 0.25 * wall : wall;
-    full_backoff_ = o.reclaimed * 4 < suspect_at_start_ ? std::min(full_backoff_ * 2, 64.0) : 1;
+    full_cost_ = smooth(full_cost_, o.seconds);
+    full_wall_ = smooth(full_wall_, now() - cycle_started_);
+    full_backoff_ = o.reclaimed * 4 < suspect_at_start_ ? std::min(full_backoff_ * 2, tuning_.max_full_backoff) : 1;
     for (std::size_t i = 0; i < o.devices.size(); ++i) {
       dev_[i].live_after = o.devices[i].live_after;
       dev_[i].floor = dev_[i].old = o.devices[i].live_after;
@@ -507,7 +503,7 @@ class pressure_policy final : public gc_policy {
   }
 
   void finish_minor(const outcome& o, gc_reason reason) {
-    after_minor(o);
+    learn_minor(o);
     for (std::size_t i = 0; i < device_count(); ++i) dev_[i].young_at_quiet = 0;
     maybe_start_full(reason);
   }
@@ -518,20 +514,21 @@ class pressure_policy final : public gc_policy {
     bool done = step_cycle(k, reason, &o, false);
     while (!done) done = step_cycle(k, reason, &o, true);
     if (k == gc_kind::minor) finish_minor(o, reason);
-    else after_full(o);
+    else learn_full(o);
   }
 
   // Note [Generations of device bytes], Note [Whole-heap cycles pay for the
   // young bytes they hold]: a cycle is worth it when one device's suspected
-  // garbage is (the most-pressed device decides, never the sum).
+  // garbage is (the most-pressed device decides, never the sum): at least
+  // what the cycle holds up (rate x its wall time) and a minor's threshold.
   bool full_worth(std::size_t* suspect_sum) {
     const double expected_wall = full_wall_ > 0 ? full_wall_ : 2 * expected_full_cost();
     bool worth = false;
     *suspect_sum = 0;
     for (std::size_t i = 0; i < device_count(); ++i) {
       device_state& d = dev_[i];
-      d.old = std::min(d.old, device(i).live_bytes());
-      const std::size_t suspect = d.old > d.floor ? d.old - d.floor : 0;
+      const std::size_t old = std::min(d.old, device(i).live_bytes());
+      const std::size_t suspect = old > d.floor ? old - d.floor : 0;
       *suspect_sum += suspect;
       if (suspect < opts_.min_young_bytes) continue;
       // Note [Collections that find nothing]: this device's runtime frees its
@@ -540,17 +537,26 @@ class pressure_policy final : public gc_policy {
       // Garbage on a device nobody allocates from costs nothing until its
       // memory is needed: an idle device asks for a cycle only when pressed.
       if (d.rate <= 0 && !pressing(i)) continue;
+      // The minor's threshold where this loop's minors run: at syncs (their
+      // lag) when it syncs, else at allocations.
+      const detail::pressure_snapshot s =
+          snapshot(i, sync_count() > 0 ? pressure_event::sync : pressure_event::allocation, 0);
       const double held = d.rate * expected_wall;
-      const std::size_t young_budget = sync_count() > 0 ? sync_budget(i, young_of(i)) : alloc_budget(i);
-      const bool enough = static_cast<double>(suspect) >= full_backoff_ * std::max(held, static_cast<double>(young_budget));
-      worth = worth || enough || pressing(i);
+      const double minor = static_cast<double>(detail::decide(s, tuning_).threshold);
+      worth = worth || static_cast<double>(suspect) >= full_backoff_ * std::max(held, minor) || pressing(i);
     }
     return worth;
   }
 
-  bool pressing(std::size_t i) const { return dev_[i].live_after > device(i).soft_limit() / 10 * 8; }
+  bool pressing(std::size_t i) const {
+    return static_cast<double>(dev_[i].live_after) > tuning_.pressing_share * static_cast<double>(device(i).soft_limit());
+  }
   double expected_full_cost() const { return full_cost_ > 0 ? full_cost_ : 5 * minor_cost_.mean(); }
 
+  // Whole-heap cycles run in slices: in the device's time at syncs, or
+  // paced by the exposed budget slice by slice (decide()), so a cycle may
+  // start whenever the exposed budget has room for a slice — with or
+  // without slack — or a device is pressed.
   void maybe_start_full(gc_reason reason) {
     const std::uint64_t own_full = gc_.counters().own_full_collections;
     if (own_full != own_full_seen_) {  // the runtime ran a whole-heap collection itself
@@ -562,20 +568,18 @@ class pressure_policy final : public gc_policy {
     if (!full_worth(&suspect)) return;
     bool any_pressing = false;
     for (std::size_t i = 0; i < device_count(); ++i) any_pressing = any_pressing || pressing(i);
-    const double wall = wall_seconds();
     const bool in_device_time = sync_count() > 0 && slack_estimate() > 0;
-    const bool affordable =
-        in_device_time || (wall > 0 && (own_exposed_seconds() + expected_full_cost()) / wall <= opts_.gc_budget);
-    if (!affordable && !any_pressing) return;
+    if (!in_device_time && !any_pressing && exposed_fraction() >= opts_.gc_budget) return;
     cycle_started_ = now();
     suspect_at_start_ = suspect;
     outcome o;
-    if (step_full_cycle(reason, &o)) after_full(o);
+    if (step_full_cycle(reason, &o)) learn_full(o);
   }
 
+  const detail::pressure_tuning tuning_;
   std::unique_ptr<device_state[]> dev_;  // one per device (capacity: add_device)
   detail::cost_model minor_cost_;
-  double minor_exposed_ = 0, exposed_at_minor_start_ = 0;  // smoothed exposed seconds per minor
+  double minor_exposed_ = 0, exposed_at_minor_start_ = 0;  // smoothed exposed seconds per minor at syncs
   std::uint64_t minor_exposed_samples_ = 0;
   bool minor_at_sync_ = false;
   double full_cost_ = 0, full_wall_ = 0;
@@ -588,6 +592,7 @@ class pressure_policy final : public gc_policy {
   int headroom_collections_ = 0;  // Note [No collection storms]
   std::atomic<double> fast_refreshed_{0};
   std::uint64_t syncs_at_quiet_ = 0;
+  bool syncing_ = false;          // a sync came since the previous hint
   double refreshed_at_ = 0;
   double last_end_ = 0;
 };

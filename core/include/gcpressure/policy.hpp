@@ -171,6 +171,10 @@ class gc_policy : public allocation_hook {
   // Exposed seconds of the collections this policy ran (not the runtime's
   // own). Thread-safe; finalizer-safe.
   double own_exposed_seconds() const noexcept;
+  // Seconds the host waited for the device in syncs, plus the policy's
+  // collection time that device work hid: the time device work left idle
+  // on the host. Thread-safe; finalizer-safe.
+  double device_wait_seconds() const noexcept;
 
  protected:
   // What a collection did to one device.
@@ -215,6 +219,10 @@ class gc_policy : public allocation_hook {
   // while the device stays busy (Note [Exposed GC time]).
   // `on`: the device whose stream the host is about to wait for.
   virtual void before_block(device_allocator& on, const std::function<bool()>& device_busy);
+  // Called by synchronize() after the wait (without the collection lock):
+  // the device `on` is done with everything queued before the call;
+  // `waited`: it was still busy when the host called. Default: nothing.
+  virtual void after_sync(device_allocator& on, bool waited) { (void)on, (void)waited; }
   // add_device() added device `i`; called with the collection lock held,
   // before the device's allocations reach the policy.
   virtual void device_added(std::size_t i) { (void)i; }

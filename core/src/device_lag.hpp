@@ -1,0 +1,113 @@
+// The device's lag behind the host (Note [The device's lag]): internal to
+// core/src, used by pressure_policy.cpp and its tests.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <deque>
+
+#include "gcpressure/resource.hpp"
+
+namespace gcpressure {
+
+namespace detail {
+
+// Note [The device's lag]
+// A loop that synchronizes every K iterations leaves the host up to K
+// iterations ahead of the device: a collection run then costs the user
+// nothing while it fits in the device work still queued. The policy records
+// an event on the device's stream at every iteration hint. At a decision
+// point the events still pending say how many iterations of work are queued;
+// the oldest pending one is being worked on (it may be nearly done), the
+// others are whole, so
+//   lag ~ (pending - 1) x max(D, running),
+// D being the device's time per iteration, measured at syncs that waited
+// (the device was the bottleneck): the time between two sync ends over the
+// hints between them (before the first sync, from the first hint); and
+// `running` how long the oldest pending iteration has run at least (since
+// the previous one was seen done, or since it was queued), which gives the
+// lag before the first sync measured anything: a host 8 iterations ahead of
+// a device still in its first one. The bound is re-polled at each decision, so the time
+// a collection takes is seen in the next one (fewer pending events). A loop
+// that syncs every iteration has one pending event at most: lag 0 between
+// syncs, and the sync's slack (policy.cpp) is its lag there.
+// Not thread-safe: used under the policy's collection lock.
+class device_lag {
+ public:
+  static constexpr std::size_t capacity = 64;  // more pending: at least 63 x D anyway
+
+  ~device_lag() { clear(); }
+
+  // An iteration hint at host time `now`: records an event on `stream`.
+  // Errors (a stream gone) are ignored: the lag is then unknown (0).
+  void hint(stream_ops& ops, stream_ref stream, double now) {
+    if (hints_since_sync_++ == 0) first_hint_ = now;
+    if (pending_.size() >= capacity) return;
+    try {
+      pending_.push_back(entry{&ops, ops.record(stream), now});
+    } catch (...) {
+    }
+  }
+
+  // A sync ended at `now`, the device done with everything queued before
+  // it; `waited`: the device was still busy when the host got there.
+  void synced(double now, bool waited, double smoothing) {
+    // Before the first sync ended, the window starts at its first hint
+    // (the host's first iteration is short next to the device's).
+    const double from = last_sync_end_ > 0 ? last_sync_end_ : first_hint_;
+    if (waited && hints_since_sync_ > 0 && now > from) {
+      const double d = (now - from) / static_cast<double>(hints_since_sync_);
+      per_hint_ = per_hint_ > 0 ? (1 - smoothing) * per_hint_ + smoothing * d : d;
+    }
+    last_sync_end_ = done_seen_ = now;
+    hints_since_sync_ = 0;
+    clear();
+  }
+
+  // The device seconds still queued at `now` (polls the events).
+  double lag(double now) {
+    while (!pending_.empty() && done(pending_.front())) {
+      pending_.front().ops->release(pending_.front().event);
+      pending_.pop_front();
+      done_seen_ = now;
+    }
+    if (pending_.size() < 2) return 0;
+    // The oldest pending iteration started at the latest when the one before
+    // it was seen done (or the device was idle: a sync), or when it was
+    // queued: it has run at least this long, and so will the others.
+    const double running = now - std::max(done_seen_, pending_.front().at);
+    return static_cast<double>(pending_.size() - 1) * std::max(per_hint_, running);
+  }
+
+  // Whether lag() can be more than 0 now (without polling).
+  bool possible() const noexcept { return pending_.size() > 1; }
+  double per_hint() const noexcept { return per_hint_; }
+  std::size_t pending() const noexcept { return pending_.size(); }
+
+ private:
+  struct entry {
+    stream_ops* ops;
+    event_ref event;
+    double at;
+  };
+  static bool done(const entry& e) {
+    try {
+      return e.ops->query(e.event);
+    } catch (...) {
+      return true;
+    }
+  }
+  void clear() noexcept {
+    for (const entry& e : pending_) e.ops->release(e.event);
+    pending_.clear();
+  }
+
+  std::deque<entry> pending_;
+  double per_hint_ = 0, last_sync_end_ = 0, first_hint_ = 0;
+  double done_seen_ = 0;  // when the last event was seen done (or a sync ended)
+  std::size_t hints_since_sync_ = 0;
+};
+
+}  // namespace detail
+
+}  // namespace gcpressure

@@ -1,0 +1,218 @@
+// The pressure policy's decision model (Note [One decision over an explicit
+// model]): internal to core/src, included by pressure_policy.cpp and its
+// tests. Everything here is pure: no clock, no device, no collector.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <limits>
+
+#include "gcpressure/policy.hpp"
+
+namespace gcpressure {
+
+namespace detail {
+
+// Note [One decision over an explicit model]
+// Every collection the pressure policy starts is one rule: the young bytes a
+// collection would reclaim are worth its cost,
+//
+//   young >= max(floor, rate x exposed / gc_budget) / yield x futile,
+//            capped by the headroom,
+//
+// where the predicted pause P (cost model: heap and young bytes) is split by
+// the device's lag L (seconds of device work queued ahead of the host, known
+// from events recorded at hints and the slack at syncs) into
+// hidden = min(P, L), which the host would have spent waiting anyway, and
+// exposed = P - hidden, which the user pays. Only exposed time is charged to
+// the GC budget. A collection that is entirely hidden is free: it needs only
+// min_young_bytes ("worth a collection at all"), and free collections cannot
+// slow the loop down, because each one runs only while the device has more
+// than its pause queued (the lag is re-polled at each decision, so the
+// host's time spent collecting is seen in the next). One that is exposed
+// also waits for growth x floor (the heap-doubling rule). With no lag
+// (CPU-bound loops) the rule is the budget rule: rate x P / gc_budget.
+// The allocation fast path's bounds are this threshold at the best lag the
+// device can have, and the headroom bounds below (fast_bounds).
+struct pressure_tuning {
+  double gc_budget = 0.05;               // exposed GC seconds / wall seconds
+  std::size_t min_young_bytes = std::size_t{1} << 20;
+  double growth = 1.0;                   // exposed collections wait for growth x floor young bytes
+  double quiet_fraction = 0.5;           // a hint collects once this share of the threshold is used...
+  int headroom_collections_per_iteration = 2;  // Note [No collection storms]
+  double max_futile_stretch = 16;        // Note [Collections that find nothing]
+  double min_yield = 0.5;                // the threshold is divided by max(yield, this)
+  double hard_margin = 0.05;             // live within 5% of the hard limit: over the headroom
+  double free_margin = 0.1;              // reserved growth within 10% of the device's free memory: over
+  double free_room = 0.9;                // young bytes may use 90% of the device's free memory
+  double pressing_share = 0.8;           // live after a collection > 80% of soft: pressed
+  double max_full_backoff = 64;          // a cycle that finds little doubles the next one's need, up to this
+  double smoothing = 0.25;               // weight of a new sample in every learned average
+  double refresh_seconds = 0.1;          // devices' free memory is read at most this often
+  double sync_fit_share = 0.5;           // a whole minor at a sync where it fits in this share of the slack
+                                         // (collectors that can slice a minor; 1.0 otherwise)
+  static pressure_tuning from(const policy_options& o) {
+    pressure_tuning t;
+    t.gc_budget = o.gc_budget;
+    t.min_young_bytes = o.min_young_bytes;
+    t.growth = o.growth;
+    t.quiet_fraction = o.quiet_fraction;
+    return t;
+  }
+};
+
+enum class pressure_event { allocation, hint, sync };
+
+// What the policy knows of one device at a decision point.
+struct device_snapshot {
+  std::size_t young = 0;            // bytes allocated since the last collection (+ the allocation's)
+  std::size_t live = 0, reserved = 0;  // now (+ the allocation's)
+  std::size_t soft = 0, hard = 0;
+  std::size_t live_after = 0;       // live right after the last collection
+  std::size_t floor = 0;            // live right after the last whole-heap collection
+  std::size_t device_free = 0, reserved_at_refresh = 0;  // the last driver read (0: unknown)
+  double rate = 0;                  // young bytes per second (learned)
+  double yield = 1;                 // share of young bytes gone at a collection (learned)
+  double futile = 1;                // Note [Collections that find nothing] (learned)
+  std::size_t backoff = 0;          // Note [No collection storms]
+  double stretch = 0;               // young bytes between two hints (learned)
+};
+
+struct pressure_snapshot {
+  pressure_event event = pressure_event::allocation;
+  std::size_t device = 0;           // the device that decides (its index)
+  device_snapshot dev;              // what is known of it
+  bool cost_known = false;
+  double pause = 0;                 // predicted pause of a minor now (cost model)
+  double lag = 0;                   // device seconds queued ahead of the host (a lower bound)
+  double exposed = 0, wall = 0;     // the policy's exposed GC seconds so far, wall seconds
+  int headroom_collections = 0;     // this iteration's (Note [No collection storms])
+  bool cycle = false, minor_cycle = false;  // a sliced cycle is in progress (and it is a minor)
+  bool syncing = false;             // the loop synchronizes at its hints (hints defer to syncs)
+};
+
+enum class pressure_action { none, minor, step_cycle, finish_cycle };
+
+struct pressure_decision {
+  pressure_action action = pressure_action::none;
+  std::size_t threshold = 0;        // the young bytes the rule asked for
+  bool hidden = false;              // the predicted pause fits in the lag
+  bool headroom = false;            // asked for by the headroom alone
+};
+
+// Allocated bytes above which an allocation is over the headroom.
+struct headroom_bounds {
+  std::size_t live = 0, reserved = 0;
+};
+
+inline headroom_bounds fast_bounds(const device_snapshot& d, const pressure_tuning& t) {
+  headroom_bounds b;
+  const auto hard = static_cast<std::size_t>(static_cast<double>(d.hard) * (1 - t.hard_margin));
+  b.live = std::min(d.soft, hard);
+  const auto margin = static_cast<std::size_t>(static_cast<double>(d.device_free) * t.free_margin);
+  b.reserved = d.device_free > 0 ? d.reserved_at_refresh + d.device_free - margin : ~std::size_t{0};
+  return b;
+}
+
+// Note [No collection storms]: live bytes past the soft limit or near the
+// hard one, or reserved bytes near the device's free memory (cached bytes
+// are reclaimable without a collection, so the live test uses live bytes).
+inline bool over_headroom(const device_snapshot& d, const pressure_tuning& t) {
+  const headroom_bounds b = fast_bounds(d, t);
+  return d.live > b.live || d.reserved > b.reserved;
+}
+
+// Room for young bytes under the soft limit and the device's free memory.
+inline double headroom(const device_snapshot& d, const pressure_tuning& t) {
+  const double live = static_cast<double>(d.live_after), soft = static_cast<double>(d.soft);
+  double room = soft > live ? soft - live : 0;
+  if (d.device_free > 0) room = std::min(room, t.free_room * static_cast<double>(d.device_free));
+  return std::max(room, static_cast<double>(t.min_young_bytes));
+}
+
+// The exposed part of a pause of `pause` seconds against `lag` seconds of
+// queued device work.
+inline double exposed_part(double pause, double lag) { return std::max(0.0, pause - std::max(0.0, lag)); }
+
+// Note [One decision over an explicit model]: the young bytes at which a
+// minor with this pause and lag is worth its cost.
+inline std::size_t young_threshold(const device_snapshot& d, bool cost_known, double pause, double lag,
+                                   const pressure_tuning& t) {
+  const double exposed = cost_known ? exposed_part(pause, lag) : 0;
+  const bool free = cost_known && exposed <= 0;
+  const double min_young = static_cast<double>(t.min_young_bytes);
+  const double floor = free ? min_young : std::max(t.growth * static_cast<double>(d.floor), min_young);
+  const double time = d.rate * exposed / t.gc_budget;
+  const double b = std::max(floor, time) / std::clamp(d.yield, t.min_yield, 1.0) * d.futile;
+  return static_cast<std::size_t>(std::min(b, headroom(d, t)));
+}
+
+// The lag a decision may count on: all of it while the exposed budget
+// allows the exposed part, none (the budget rule) once it does not.
+inline double usable_lag(const pressure_snapshot& s, const pressure_tuning& t) {
+  const double exposed = s.cost_known ? exposed_part(s.pause, s.lag) : 0;
+  if (exposed <= 0 || s.wall <= 0) return s.lag;
+  return (s.exposed + exposed) / s.wall > t.gc_budget ? 0 : s.lag;
+}
+
+// Note [One decision over an explicit model]: what to do at `s.event`.
+inline pressure_decision decide(const pressure_snapshot& s, const pressure_tuning& t) {
+  pressure_decision r;
+  const device_snapshot& d = s.dev;
+  const double lag = usable_lag(s, t);
+  r.threshold = young_threshold(d, s.cost_known, s.pause, lag, t);
+  r.hidden = s.cost_known && lag > 0 && exposed_part(s.pause, lag) <= 0;
+  const bool due = d.young >= r.threshold;
+  const bool over = over_headroom(d, t);
+  const double exposed_share = s.wall > 0 ? s.exposed / s.wall : 0;
+  if (s.cycle) {
+    // A sliced cycle: finished at once when memory is needed now, else a
+    // whole-heap cycle advances paced by the exposed budget (or in the
+    // device's time at a sync); a sliced minor waits for syncs.
+    const std::size_t no_lag = young_threshold(d, s.cost_known, s.pause, 0, t);
+    const bool paced = !s.minor_cycle && exposed_share < t.gc_budget;
+    if (s.event == pressure_event::sync) r.action = pressure_action::step_cycle;
+    else if (s.event == pressure_event::allocation && (d.young >= no_lag || over))
+      r.action = pressure_action::finish_cycle;
+    else if (paced && (s.event == pressure_event::allocation || !s.syncing)) r.action = pressure_action::step_cycle;
+    return r;
+  }
+  switch (s.event) {
+    case pressure_event::allocation: {
+      const std::size_t need = std::max(t.min_young_bytes, d.backoff);
+      r.headroom = !due && over && d.young >= need && s.headroom_collections < t.headroom_collections_per_iteration;
+      if (due || r.headroom) r.action = pressure_action::minor;
+      break;
+    }
+    case pressure_event::hint: {
+      // Note [Quiet moments]: also when the next stretch (as much as since
+      // the last hint) would cross the no-lag threshold anyway, so that the
+      // collection comes where few temporaries are alive; a loop that syncs
+      // at its hints gets that collection at the sync instead, where the
+      // device hides it (Note [Quiet moments defer to syncs]).
+      const std::size_t no_lag = young_threshold(d, s.cost_known, s.pause, 0, t);
+      const double y = static_cast<double>(d.young);
+      const bool quiet = !s.syncing && y >= t.quiet_fraction * static_cast<double>(no_lag) &&
+                         y + d.stretch >= static_cast<double>(no_lag) && d.young >= t.min_young_bytes / 2;
+      if ((due && (r.hidden || !s.syncing)) || quiet) r.action = pressure_action::minor;
+      break;
+    }
+    case pressure_event::sync:
+      if (d.young >= std::max(t.min_young_bytes, r.threshold)) r.action = pressure_action::minor;
+      break;
+  }
+  return r;
+}
+
+// The fast path's young bound (Note [The allocation fast path]): the
+// lowest threshold any lag the device can have now gives, so that no
+// allocation below it could be due.
+inline std::size_t fast_young_bound(const device_snapshot& d, bool cost_known, double pause, bool lag_possible,
+                                    const pressure_tuning& t) {
+  // The threshold falls as the lag grows: its lowest is at any lag.
+  return young_threshold(d, cost_known, pause, lag_possible ? std::numeric_limits<double>::infinity() : 0, t);
+}
+
+}  // namespace detail
+
+}  // namespace gcpressure

@@ -1,0 +1,315 @@
+// The pressure policy's decision model, rule by rule (Note [One decision
+// over an explicit model], core/src/pressure_model.hpp): decide() is pure,
+// so each rule is checked on a hand-made snapshot; the device's lag
+// (Note [The device's lag], core/src/device_lag.hpp) on the fake clock and
+// device. The schedule these rules make in a loop is in test_schedule.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "device_lag.hpp"
+#include "fake_runtime.hpp"
+#include "pressure_model.hpp"
+#include "test_support.hpp"
+
+namespace gcp = gcpressure;
+namespace d = gcpressure::detail;
+
+namespace {
+
+constexpr double ms = 1e-3;
+
+// A device at 8 GiB soft / 16 GiB hard with 1 GiB live, allocating 40 GiB/s,
+// and a minor that costs 6 ms; no lag, nothing exposed yet, 10 s of wall.
+d::pressure_snapshot base(d::pressure_event e) {
+  d::pressure_snapshot s;
+  s.event = e;
+  s.dev.soft = 8192 * MiB;
+  s.dev.hard = 16384 * MiB;
+  s.dev.live = s.dev.reserved = s.dev.live_after = s.dev.floor = 1024 * MiB;
+  s.dev.rate = 40.0 * (1u << 30);
+  s.cost_known = true;
+  s.pause = 6 * ms;
+  s.wall = 10;
+  return s;
+}
+
+double gib(std::size_t b) { return static_cast<double>(b) / (1u << 30); }
+
+}  // namespace
+
+// Without lag the budget rule: rate x pause / gc budget (40 GiB/s x 6 ms /
+// 0.05 = 4.8 GiB), above growth x floor (1 GiB).
+TEST(Decide, WithoutLagTheBudgetRuleSetsTheThreshold) {
+  const d::pressure_tuning t;
+  auto s = base(d::pressure_event::allocation);
+  s.dev.young = 4 * 1024 * MiB;
+  auto r = d::decide(s, t);
+  EXPECT_NEAR(gib(r.threshold), 4.8, 1e-6);
+  EXPECT_EQ(r.action, d::pressure_action::none);
+  EXPECT_FALSE(r.hidden);
+  s.dev.young = 5 * 1024 * MiB;
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::minor);
+}
+
+// A pause that fits in the lag is free: a collection as soon as the young
+// bytes are worth one at all (min_young_bytes).
+TEST(Decide, APauseThatFitsInTheLagNeedsOnlyTheMinimum) {
+  const d::pressure_tuning t;
+  auto s = base(d::pressure_event::allocation);
+  s.lag = 10 * ms;
+  s.dev.young = t.min_young_bytes;
+  auto r = d::decide(s, t);
+  EXPECT_EQ(r.threshold, t.min_young_bytes);
+  EXPECT_TRUE(r.hidden);
+  EXPECT_EQ(r.action, d::pressure_action::minor);
+  s.dev.young = t.min_young_bytes - 1;
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
+}
+
+// Only the exposed part is charged: 6 ms against 5 ms of lag exposes 1 ms,
+// so the threshold is rate x 1 ms / budget (0.8 GiB), under growth x floor
+// (1 GiB), which an exposed collection still waits for.
+TEST(Decide, OnlyTheExposedPartIsChargedToTheBudget) {
+  const d::pressure_tuning t;
+  auto s = base(d::pressure_event::allocation);
+  s.lag = 5 * ms;
+  EXPECT_NEAR(gib(d::decide(s, t).threshold), 1.0, 1e-6);
+  s.dev.floor = 0;
+  EXPECT_NEAR(gib(d::decide(s, t).threshold), 0.8, 1e-6);
+  EXPECT_FALSE(d::decide(s, t).hidden);
+}
+
+// Closed loop: when the exposed part would take exposed GC time over the
+// budget, the lag is not counted and the budget rule applies.
+TEST(Decide, AnExposedBudgetSpentFallsBackToTheBudgetRule) {
+  const d::pressure_tuning t;
+  auto s = base(d::pressure_event::allocation);
+  s.lag = 5 * ms;
+  s.dev.floor = 0;
+  s.exposed = 0.05 * s.wall;  // spent
+  EXPECT_NEAR(gib(d::decide(s, t).threshold), 4.8, 1e-6);
+  s.lag = 10 * ms;  // a free collection exposes nothing: still free
+  EXPECT_EQ(d::decide(s, t).threshold, t.min_young_bytes);
+}
+
+// Yield and futility scale the threshold; the headroom caps it.
+TEST(Decide, YieldFutilityAndHeadroomScaleTheThreshold) {
+  const d::pressure_tuning t;
+  auto s = base(d::pressure_event::allocation);
+  s.dev.soft = 65536 * MiB;  // headroom 63 GiB: not binding yet
+  s.dev.hard = 131072 * MiB;
+  s.dev.yield = 0.25;  // clamped to min_yield 0.5
+  s.dev.futile = 2;
+  EXPECT_NEAR(gib(d::decide(s, t).threshold), 4.8 / 0.5 * 2, 1e-6);
+  s.dev.live_after = 63488 * MiB;  // 2 GiB under the soft limit
+  EXPECT_NEAR(gib(d::decide(s, t).threshold), 2.0, 1e-6);
+  s.dev.device_free = 1024 * MiB;  // 90% of the free memory
+  EXPECT_NEAR(gib(d::decide(s, t).threshold), 0.9, 1e-6);
+}
+
+// Note [No collection storms]: over the headroom a collection runs below
+// the threshold, at most headroom_collections_per_iteration times, and only
+// once the young bytes reach the backoff.
+TEST(Decide, TheHeadroomAsksForBoundedCollections) {
+  const d::pressure_tuning t;
+  auto s = base(d::pressure_event::allocation);
+  s.dev.young = 64 * MiB;
+  s.dev.live = s.dev.soft + 1;
+  auto r = d::decide(s, t);
+  EXPECT_EQ(r.action, d::pressure_action::minor);
+  EXPECT_TRUE(r.headroom);
+  s.headroom_collections = t.headroom_collections_per_iteration;
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
+  s.headroom_collections = 0;
+  s.dev.backoff = 128 * MiB;
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
+  s.dev.live = s.dev.soft;  // at the limit, not over it
+  s.dev.backoff = 0;
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
+}
+
+// The headroom test and the fast path's bounds are one computation: at the
+// bound not over, one byte past it over (live, hard margin, free memory).
+TEST(Decide, FastPathBoundsAreTheHeadroomTest) {
+  const d::pressure_tuning t;
+  auto s = base(d::pressure_event::allocation).dev;
+  s.soft = 20000 * MiB;  // the hard limit's margin binds: 95% of 16 GiB
+  s.device_free = 4096 * MiB;
+  s.reserved_at_refresh = 2048 * MiB;
+  const d::headroom_bounds b = d::fast_bounds(s, t);
+  EXPECT_EQ(b.live, static_cast<std::size_t>(static_cast<double>(16384 * MiB) * (1 - t.hard_margin)));
+  EXPECT_EQ(b.reserved, 2048 * MiB + 4096 * MiB - static_cast<std::size_t>(4096.0 * MiB * 0.1));
+  s.live = b.live;
+  s.reserved = b.reserved;
+  EXPECT_FALSE(d::over_headroom(s, t));
+  s.live = b.live + 1;
+  EXPECT_TRUE(d::over_headroom(s, t));
+  s.live = b.live;
+  s.reserved = b.reserved + 1;
+  EXPECT_TRUE(d::over_headroom(s, t));
+}
+
+// The fast path's young bound is never above what decide() would ask for at
+// any lag it can meet: no allocation under it can be due.
+TEST(Decide, FastPathYoungBoundIsBelowEveryThreshold) {
+  const d::pressure_tuning t;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int k = 0; k < 2000; ++k) {
+    auto s = base(d::pressure_event::allocation);
+    s.pause = u(rng) * 30 * ms;
+    s.dev.rate = u(rng) * 80.0 * (1u << 30);
+    s.dev.floor = static_cast<std::size_t>(u(rng) * 4096) * MiB;
+    s.dev.yield = u(rng);
+    s.dev.futile = 1 + 15 * u(rng);
+    s.exposed = u(rng) * 0.1 * s.wall;
+    const std::size_t with_lag = d::fast_young_bound(s.dev, true, s.pause, true, t);
+    const std::size_t no_lag = d::fast_young_bound(s.dev, true, s.pause, false, t);
+    for (double lag : {0.0, 0.5 * s.pause, s.pause, 10 * s.pause}) {
+      s.lag = lag;
+      EXPECT_LE(with_lag, d::decide(s, t).threshold) << "lag " << lag;
+    }
+    s.lag = 0;
+    EXPECT_EQ(no_lag, d::decide(s, t).threshold);
+  }
+}
+
+// Note [Quiet moments defer to syncs]: at a hint of a loop that syncs there,
+// a due collection that is exposed waits for the sync; a hidden one runs.
+TEST(Decide, HintsDeferExposedCollectionsToTheSync) {
+  const d::pressure_tuning t;
+  auto s = base(d::pressure_event::hint);
+  s.dev.young = 6 * 1024 * MiB;  // over the 4.8 GiB threshold
+  s.syncing = true;
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
+  s.syncing = false;
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::minor);
+  s.syncing = true;
+  s.lag = 10 * ms;
+  s.dev.young = 2 * MiB;
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::minor);
+}
+
+// Note [Quiet moments]: a hint collects early when the next stretch would
+// cross the threshold anyway, once quiet_fraction of it is used.
+TEST(Decide, AHintCollectsWhenTheNextStretchWouldCross) {
+  const d::pressure_tuning t;
+  auto s = base(d::pressure_event::hint);  // threshold 4.8 GiB
+  s.dev.young = 3 * 1024 * MiB;
+  s.dev.stretch = 1.0 * (1u << 30);
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
+  s.dev.stretch = 2.0 * (1u << 30);
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::minor);
+  s.dev.young = 2 * 1024 * MiB;  // under half the threshold
+  s.dev.stretch = 4.0 * (1u << 30);
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
+}
+
+// At a sync the slack is the lag: a minor that fits collects at the minimum.
+TEST(Decide, ASyncCollectsWhatFitsInItsSlack) {
+  const d::pressure_tuning t;
+  auto s = base(d::pressure_event::sync);
+  s.dev.young = 32 * MiB;
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
+  s.lag = 6 * ms;
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::minor);
+  s.dev.young = t.min_young_bytes - 1;
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
+}
+
+// A cycle in progress: finished at once where memory is needed, advanced at
+// syncs, paced by the exposed budget elsewhere; a sliced minor waits.
+TEST(Decide, ACycleInProgressIsFinishedSteppedOrPaced) {
+  const d::pressure_tuning t;
+  auto s = base(d::pressure_event::allocation);
+  s.cycle = true;
+  s.dev.young = 6 * 1024 * MiB;
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::finish_cycle);
+  s.dev.young = 64 * MiB;
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::step_cycle);
+  s.exposed = 0.05 * s.wall;
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
+  s.event = d::pressure_event::sync;
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::step_cycle);
+  s.event = d::pressure_event::hint;
+  s.exposed = 0;
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::step_cycle);
+  s.syncing = true;
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
+  s.event = d::pressure_event::allocation;
+  s.minor_cycle = true;
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
+}
+
+// Note [The device's lag]: (pending - 1) x the device's time per iteration,
+// measured at syncs that waited.
+TEST(DeviceLag, PendingIterationsTimesTheDevicesTimePerIteration) {
+  gcp_test::fake_clock clock;
+  gcp_test::fake_device dev(clock, 64 * MiB);
+  d::device_lag lag;
+  // One iteration queued: no lag counted (it may be nearly done).
+  dev.launch(5 * ms);
+  lag.hint(dev, nullptr, clock.now());
+  EXPECT_EQ(lag.lag(clock.now()), 0.0);
+  EXPECT_FALSE(lag.possible());
+  auto ev = dev.record(nullptr);
+  dev.synchronize(ev);
+  dev.release(ev);
+  lag.synced(clock.now(), true, 0.25);  // the first: from the first hint
+  EXPECT_NEAR(lag.per_hint(), 5 * ms, 1e-9);
+  // Eight iterations of 5 ms queued in 0.8 ms of host time, then a sync.
+  for (int i = 0; i < 8; ++i) {
+    dev.launch(5 * ms);
+    clock.advance(0.1 * ms);
+    lag.hint(dev, nullptr, clock.now());
+  }
+  ev = dev.record(nullptr);
+  dev.synchronize(ev);
+  dev.release(ev);
+  lag.synced(clock.now(), true, 0.25);
+  EXPECT_NEAR(lag.per_hint(), 5 * ms, 1e-9);
+  for (int i = 0; i < 8; ++i) {
+    dev.launch(5 * ms);
+    clock.advance(0.1 * ms);
+    lag.hint(dev, nullptr, clock.now());
+  }
+  EXPECT_TRUE(lag.possible());
+  EXPECT_NEAR(lag.lag(clock.now()), 7 * 5 * ms, 1e-9);
+  clock.advance(12 * ms);  // the device finished two iterations meanwhile
+  EXPECT_EQ(lag.pending(), 8u);
+  EXPECT_NEAR(lag.lag(clock.now()), 5 * 5 * ms, 1e-9);
+  EXPECT_EQ(lag.pending(), 6u);
+  // A sync that did not wait (the host was the bottleneck) teaches nothing.
+  clock.advance(100 * ms);
+  lag.synced(clock.now(), false, 0.25);
+  EXPECT_NEAR(lag.per_hint(), 5 * ms, 1e-9);
+  EXPECT_EQ(lag.lag(clock.now()), 0.0);
+}
+
+// Before any sync measured D, the oldest pending iteration's running time
+// is the estimate: a host 8 iterations ahead of a device still in its first.
+TEST(DeviceLag, BeforeTheFirstSyncTheRunningIterationBoundsTheLag) {
+  gcp_test::fake_clock clock;
+  gcp_test::fake_device dev(clock, 64 * MiB);
+  d::device_lag lag;
+  const double t0 = clock.now();
+  for (int i = 0; i < 8; ++i) {
+    dev.launch(5 * ms);
+    clock.advance(0.1 * ms);
+    lag.hint(dev, nullptr, clock.now());
+  }
+  EXPECT_EQ(lag.per_hint(), 0.0);
+  // The first was queued by t0 + 0.1 ms and is still running at t0 + 0.8 ms.
+  EXPECT_NEAR(lag.lag(clock.now()), 7 * 0.7 * ms, 1e-9);
+  clock.advance_to(t0 + 2.8 * ms);
+  EXPECT_NEAR(lag.lag(clock.now()), 7 * 2.7 * ms, 1e-9);
+  // The first is done at t0 + 5 ms, seen at t0 + 6 ms: the second has run
+  // at least 0 ms then, 2 ms at t0 + 8 ms.
+  clock.advance_to(t0 + 6 * ms);
+  EXPECT_EQ(lag.lag(clock.now()), 0.0 * 6);
+  clock.advance_to(t0 + 8 * ms);
+  EXPECT_NEAR(lag.lag(clock.now()), 6 * 2 * ms, 1e-9);
+}
