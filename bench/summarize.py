@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
 """summarize.py — the markdown table of bench/RESULTS.md from forward_loop JSON.
 
-Usage: bench/summarize.py FILE.jsonl... (lines that are not JSON objects are
-ignored; bench/h200_matrix.sh writes one file per host heap size).
+Usage: bench/summarize.py [--brief] FILE.jsonl... (lines that are not JSON
+objects are ignored; bench/h200_matrix.sh writes one file per host heap size).
+
+--brief: scripts/demo.sh's table instead, one row per policy: peak reserved
+and time per iteration as ratios to the oracle, the collections (the
+policy's, and the runtime's own in brackets), exposed GC time as a share of
+wall time, and the iterations run (* = stopped by --max-seconds).
 
 A case is (backend, model shape, host heap, --sync-every K, workload, policy);
 its oracle is explicit_free with the same backend, shape, host heap, K and
@@ -93,17 +98,65 @@ def order(name, known):
     return (known.index(name) if name in known else len(known), name)
 
 
+# --brief: the demo's order (doing nothing first, the oracle last) and what
+# each baseline stands for.
+BRIEF_ORDER = ["at_limit", "every_iteration", "cudajl", "dotnet", "pressure", "explicit_free"]
+BRIEF_LABEL = {
+    "at_limit": "at_limit: nothing (collect at the limit)",
+    "every_iteration": "every_iteration: GC.gc(true) each iteration",
+    "cudajl": "cudajl: CUDA.jl's heuristic",
+    "dotnet": "dotnet: .NET AddMemoryPressure",
+    "pressure": "pressure: this library",
+    "explicit_free": "explicit_free: the oracle",
+}
+
+
+def brief(cases):
+    for key in sorted({k[:3] for k in cases}):
+        sh, (mib, k), w = key
+        backend, layers, d, batch, hard = sh
+        oracle = cases.get(key + ("explicit_free",), [])
+        n = max(len(v) for kk, v in cases.items() if kk[:3] == key)
+        print("%s backend, %d x Dense(%d), batch %d, host heap %d MiB, hard limit %d MiB, workload %s; "
+              "medians of %d run(s), (min-max)" % (backend, layers, d, batch, mib, hard // 2**20, w, n))
+        if oracle:
+            print("oracle: peak reserved %s MiB, %s ms per iteration\n" % (
+                cell([o["peak_reserved_bytes"] / 2**20 for o in oracle], "%.1f"),
+                cell([1e3 * o["time_per_iter"] for o in oracle], "%.2f")))
+        print("| policy | peak reserved / oracle | time per iteration / oracle | collections (runtime's own) "
+              "| exposed GC % of wall | iterations |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        policies = sorted({kk[3] for kk in cases if kk[:3] == key}, key=lambda p: order(p, BRIEF_ORDER))
+        for p in policies:
+            runs = cases[key + (p,)]
+            print("| %s | %s | %s | %s (%s) | %s | %s%s |" % (
+                BRIEF_LABEL.get(p, p),
+                cell(ratios(runs, oracle, "peak_reserved_bytes"), "%.1f") if oracle else "-",
+                cell(ratios(runs, oracle, "time_per_iter"), "%.2f") if oracle else "-",
+                cell([r["collections_minor"] + r["collections_full"] for r in runs], "%g"),
+                cell([r["collections_runtime"] for r in runs], "%g"),
+                cell([100 * r["exposed_gc_fraction"] for r in runs], "%.1f%%"),
+                cell([r["iterations"] for r in runs], "%g"), "*" if any(r["stopped_early"] for r in runs) else ""))
+        print()
+
+
 def main(argv):
-    if len(argv) < 2:
+    args = argv[1:]
+    brief_mode = "--brief" in args
+    args = [a for a in args if a != "--brief"]
+    if not args:
         print(__doc__, file=sys.stderr)
         return 2
-    runs = load(argv[1:])
+    runs = load(args)
     if not runs:
-        print("summarize.py: no JSON results in %s" % " ".join(argv[1:]), file=sys.stderr)
+        print("summarize.py: no JSON results in %s" % " ".join(args), file=sys.stderr)
         return 1
     cases = defaultdict(list)
     for r in runs:
         cases[(shape(r), (r["host_heap_mib"], r.get("sync_every", 1)), r["workload"], r["policy"])].append(r)
+    if brief_mode:
+        brief(cases)
+        return 0
     for sh in sorted({k[0] for k in cases}):
         backend, layers, d, batch, hard = sh
         print("### %s, %d x Dense(%d), batch %d, hard limit %.1f GiB\n" % (backend, layers, d, batch, hard / 2**30))

@@ -25,6 +25,10 @@ int main(int argc, char** argv) {
       std::fputs(fwd::usage().c_str(), stdout);
       return 0;
     }
+    if (o.version) {
+      std::printf("%s\n", fwd::version().c_str());
+      return 0;
+    }
   } catch (const fwd::usage_error& e) {
     std::fprintf(stderr, "forward_loop: %s\n\n%s", e.what(), fwd::usage().c_str());
     return 2;
@@ -39,9 +43,9 @@ int main(int argc, char** argv) {
     if (o.host_heap_mib > 0) heap = std::make_unique<fwd::host_heap>(o.host_heap_mib);
     for (const auto& one : runs) {
       const fwd::result r = fwd::run(one, heap.get(), stdout);
-      if (runs.size() == 1 && !o.quiet) std::printf("\n%s\n", r.pool_status.c_str());
+      if (runs.size() == 1 && !o.quiet) std::printf("\n%s\n%s\n", fwd::status_heading(r).c_str(), r.pool_status.c_str());
       if (runs.size() == 1 || !o.json) std::fputs(fwd::summary_table(r).c_str(), stdout);
-      if (!o.trace.empty()) std::printf("trace written to %s\n", o.trace.c_str());
+      if (!one.trace.empty() && (runs.size() == 1 || !o.json)) std::printf("trace written to %s\n", one.trace.c_str());
       if (o.json) std::printf("%s\n", fwd::to_json(r).c_str());
       std::fflush(stdout);
     }

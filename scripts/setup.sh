@@ -12,7 +12,8 @@ dry_run=0
 if [ "${1:-}" = --dry-run ]; then dry_run=1; shift; fi
 
 pkgs=(cmake ninja-build g++ pkg-config libgc-dev libgtest-dev libbenchmark-dev
-      liblua5.4-dev lua5.4 guile-3.0-dev python3-dev python3-venv python3-setuptools clang)
+      liblua5.4-dev lua5.4 guile-3.0-dev python3-dev python3-venv python3-setuptools clang
+      gnuplot-nox)
 # examples/runtimes/node: node and its headers. A node installed otherwise
 # (e.g. NodeSource's nodejs, which ships /usr/include/node) is kept.
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs libnode-dev)

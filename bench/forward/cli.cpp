@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <sstream>
+#include <utility>
 
 #include "detail.hpp"
 #include "gcpressure/allocator.hpp"
@@ -43,6 +44,16 @@ std::vector<std::string> split(const std::string& list, const char* const* all) 
 
 }  // namespace
 
+std::string trace_name(const std::string& pattern, const std::string& policy, const std::string& workload, int rep) {
+  std::string out = pattern;
+  const std::pair<const char*, std::string> keys[] = {
+      {"{policy}", policy}, {"{workload}", workload}, {"{rep}", std::to_string(rep)}};
+  for (const auto& [key, value] : keys)
+    for (auto at = out.find(key); at != std::string::npos; at = out.find(key, at + value.size()))
+      out.replace(at, std::string(key).size(), value);
+  return out;
+}
+
 std::string usage() {
   const std::string policies = joined(gcp::policy_names(), "|");
   const std::string workloads = joined(workload_names(), "|");
@@ -55,7 +66,7 @@ std::string usage() {
       "                    [--host-allocs N] [--host-capacity SIZE] [--gc-budget F] [--every-n N]\n"
       "                    [--promote-share F] [--burst-every N] [--burst-fraction F] [--hint-order before|after]\n"
       "                    [--array-objects global|thread-local] [--devices N]\n"
-      "                    [--max-seconds S] [--seed N] [--verbose] [--help]\n"
+      "                    [--max-seconds S] [--seed N] [--verbose] [--help] [--version]\n"
       "\n"
       "A Flux-style forward pass (layers x Dense y = relu.(W*x .+ b)) whose arrays are GC-owned\n"
       "device buffers that the loop drops, inside a simulated runtime with a live host heap. The\n"
@@ -102,15 +113,26 @@ std::string usage() {
       "  --max-seconds S   stop after S seconds of loop time (reported as stopped_early)\n"
       "  --seed N          seed of the model and the workloads (default 42)\n"
       "  --trace FILE.csv  one row per iteration: iteration,live,reserved,collections,gc_seconds,\n"
-      "                    exposed_gc_seconds,hidden_gc_seconds (a single run only)\n"
+      "                    exposed_gc_seconds,hidden_gc_seconds. Several runs: the name holds\n"
+      "                    {policy}, {workload} and/or {rep} (1-based), one file per run\n"
       "  --json            print one JSON object per run (the last line for a single run)\n"
       "  --quiet           no per-iteration lines\n"
       "  --verbose         the policy's per-collection lines on stderr\n"
+      "  --version         the library's version and the backends this build has\n"
       "\n"
       "GCPRESSURE_* environment variables (backend, limits, policy, budget, every_n, verbose,\n"
       "host capacity) set defaults; flags override them. A bad variable is an error of its own.\n"
       "GCPRESSURE_HOST_SHARED=FILE shares the host backend's capacity with other processes, and\n"
-      "limits such as 80%avail follow the memory they leave (docs/DESIGN.md, Other tenants).\n";
+      "limits such as 80%avail follow the memory they leave (docs/DESIGN.md, Other tenants).\n"
+      "\n"
+      "Examples:\n"
+      "  forward_loop --quiet                          # pressure policy, the summary only\n"
+      "  forward_loop --policy at_limit --host-heap-mib 256 --quiet   # no library: the footprint climbs\n"
+      "  forward_loop --policy at_limit,every_iteration,cudajl,pressure,explicit_free \\\n"
+      "      --host-heap-mib 256 --max-seconds 5 --json --quiet > runs.jsonl\n"
+      "  python3 bench/summarize.py --brief runs.jsonl # each policy against explicit_free (the oracle)\n"
+      "  bash scripts/demo.sh                          # that comparison with a picture, in about a minute\n"
+      "\n" + summary_glossary();
 }
 
 gcp::size_spec default_hard_limit(bool cuda) {
@@ -241,7 +263,11 @@ options parse_args(int argc, char** argv, bool* help, options o) {
       a = a.substr(0, eq);
       has_inline = true;
     }
-    bool* toggle = a == "--json" ? &o.json : a == "--quiet" ? &o.quiet : a == "--verbose" ? &o.verbose : nullptr;
+    bool* toggle = a == "--json"      ? &o.json
+                   : a == "--quiet"   ? &o.quiet
+                   : a == "--verbose" ? &o.verbose
+                   : a == "--version" ? &o.version
+                                      : nullptr;
     if (a == "--help" || a == "-h" || toggle) {
       if (has_inline) throw usage_error(a + " takes no value");
       if (toggle) *toggle = true;
@@ -264,7 +290,13 @@ options parse_args(int argc, char** argv, bool* help, options o) {
     if (!in_list(workload_names(), w))
       throw usage_error("--workload: unknown workload '" + w + "' (expected " + joined(workload_names(), ", ") +
                         " or all)");
-  if (!o.trace.empty() && expand(o).size() != 1) throw usage_error("--trace: only for a single run");
+  if (!o.trace.empty()) {
+    const auto runs = expand(o);
+    for (std::size_t i = 1; i < runs.size(); ++i)
+      if (runs[i].trace == runs[0].trace)
+        throw usage_error("--trace: " + std::to_string(runs.size()) + " runs would write one file '" + o.trace +
+                          "'; put {policy}, {workload} or {rep} in the name (e.g. traces/{policy}-{rep}.csv)");
+  }
   return o;
 }
 
@@ -279,6 +311,7 @@ std::vector<options> expand(const options& o) {
         r.policy = p;
         r.workload = w;
         r.reps = 1;
+        r.trace = trace_name(o.trace, p, w, rep + 1);
         runs.push_back(r);
       }
   return runs;

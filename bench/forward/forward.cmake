@@ -13,6 +13,9 @@ add_library(gcpressure_forward STATIC
   ${_fwd_dir}/report.cpp
   ${_fwd_dir}/workload.cpp)
 target_include_directories(gcpressure_forward PUBLIC ${_fwd_dir})
+# forward_loop --version (report.cpp): the project's version and whether CUDA is built in.
+set_source_files_properties(${_fwd_dir}/report.cpp PROPERTIES COMPILE_DEFINITIONS
+  "FWD_GCPRESSURE_VERSION=\"${PROJECT_VERSION}\";FWD_WITH_CUDA=$<BOOL:${GCPRESSURE_WITH_CUDA}>")
 # Boehm: the loop allocates host GC objects itself (a runtime would).
 target_link_libraries(gcpressure_forward PUBLIC gcpressure::gc_bridge PRIVATE PkgConfig::BDWGC)
 if(GCPRESSURE_WITH_CUDA)

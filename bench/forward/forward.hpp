@@ -101,13 +101,21 @@ struct options {
   // workload.cpp): true = boehm::alloc_array_object (global free lists, what
   // the bridge asks runtimes to use), false = GC_MALLOC (thread-local lists).
   bool global_array_objects = true;
-  std::string trace;                // CSV path ("" = none)
+  std::string trace;                // CSV path ("" = none); expand() fills in {policy}, {workload}, {rep}
   bool json = false;
   bool quiet = false;
+  bool version = false;             // --version: print version() and exit
 };
 
 // The usage text (the command-line contract).
 std::string usage();
+// What each line of summary_table() means (the end of usage()).
+std::string summary_glossary();
+// The library's version and the backends this build has (--version).
+std::string version();
+// A trace path for one run: `pattern` with {policy}, {workload} and {rep}
+// (1-based) replaced.
+std::string trace_name(const std::string& pattern, const std::string& policy, const std::string& workload, int rep);
 
 // Parses argv (argv[0] skipped). Defaults come from `base`, then the
 // GCPRESSURE_* environment (backend, limits, policy, budget, every_n,
@@ -254,7 +262,9 @@ struct result {
   std::vector<int> headroom_change_iterations;
   std::size_t available_bytes_min = 0;
   std::string first_oom;            // the first out_of_memory message ("" if none)
-  std::string pool_status;          // the library's status table at the end of the loop
+  std::string pool_status;          // the library's status table at the end of the loop (since the heap was made)
+  std::uint64_t collections_before_loop = 0;  // the policy's collections during set-up (in pool_status, not above)
+  std::uint64_t allocations_before_loop = 0;  // device allocations during set-up (likewise)
   std::vector<iteration_sample> samples;  // one per iteration run
   int device_count = 1;
   std::vector<device_result> devices;     // one per device, in device order
@@ -271,6 +281,9 @@ result run(const options& o, host_heap* heap = nullptr, std::FILE* progress = st
 
 std::string to_json(const result& r);      // one line, no newline
 std::string summary_table(const result& r);
+// One line that says what result::pool_status covers and how it differs
+// from the summary (set-up's collections and allocations).
+std::string status_heading(const result& r);
 void write_trace(const result& r, const std::string& path);  // throws logic_error if it cannot
 
 }  // namespace fwd

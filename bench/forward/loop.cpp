@@ -486,6 +486,8 @@ result run(const options& o, host_heap* heap, std::FILE* progress) {
     rp->allocs0 = a.allocation_count();
   }
   s.dh->policy().fill_stats(s.base);
+  for (const std::uint64_t k : s.base.by_kind) s.r.collections_before_loop += k;
+  for (auto& rp : s.reps) s.r.allocations_before_loop += rp->allocs0;
   for (auto& rp : s.reps) s.dh->policy().fill_stats_for(s.dh->allocator(rp->device), rp->base);
   s.headroom_changes0 = s.headroom_seen = headroom_changes(*s.dh);
   s.r.samples.reserve(static_cast<std::size_t>(o.iters));

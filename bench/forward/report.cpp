@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "forward.hpp"
+#include "gcpressure/cuda_resource.hpp"
 #include "gcpressure/error.hpp"
 #include "gcpressure/json.hpp"
 #include "gcpressure/stats.hpp"
@@ -96,7 +97,87 @@ const char* const exact_keys =
     "\"gc_seconds\",\"peak_live_bytes\",\"peak_reserved_bytes\",\"wall_seconds\",\"time_per_iter\","
     "\"host_seconds_per_iter\",\"sync_seconds\",\"ooms\"]";
 
+// Note [Exposed time over the budget]
+// --gc-budget paces the pressure policy's collections at syncs and its
+// whole-heap cycles; collections at an allocation run when the young bytes
+// reach the footprint bound or the headroom, before the budget is asked, and
+// the reclaim ladder runs whatever the budget says. The runtime's own
+// collections and the upper bound of exposed time add to the figure too. The
+// summary names the parts that apply to the run.
+std::string over_budget(const result& r) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "exposed %.2f%% > budget %.2f%%: ", 100 * r.exposed_gc_fraction, 100 * r.gc_budget);
+  std::string out = buf;
+  if (r.policy != "pressure") return out + "only the pressure policy keeps to --gc-budget; " + r.policy +
+                                     " collects by its own rule";
+  const std::uint64_t total = r.collections_minor + r.collections_full;
+  const std::uint64_t early = r.collections_by_reason[static_cast<int>(gcp::gc_reason::early)];
+  const std::uint64_t ladder = r.collections_by_reason[static_cast<int>(gcp::gc_reason::ladder)];
+  if (early > 0) {
+    std::snprintf(buf, sizeof buf, "%llu of %llu collections ran at allocations, where the footprint bound comes first; ",
+                  static_cast<unsigned long long>(early), static_cast<unsigned long long>(total));
+    out += buf;
+  }
+  if (ladder > 0) out += std::to_string(ladder) + " in the reclaim ladder (an allocation would have failed); ";
+  if (r.runtime_gc_seconds > 0) {
+    std::snprintf(buf, sizeof buf, "the runtime's own collections %.3f s; ", r.runtime_gc_seconds);
+    out += buf;
+  }
+  return out + "exposed is an upper bound (a slice during which the device finished counts whole)";
+}
+
 }  // namespace
+
+std::string summary_glossary() {
+  return "Summary lines (forward_loop's last block; every figure covers the loop, not set-up or teardown):\n"
+         "  policy / workload / backend   what ran (the backend after auto is resolved)\n"
+         "  model                         device bytes kept alive (weights, input) and allocated per iteration\n"
+         "  host heap                     the live host GC heap (--host-heap-mib) and small garbage per iteration\n"
+         "  limits                        the hard and soft limits in force, and the (simulated) device's size\n"
+         "  iterations                    iterations run (--max-seconds may stop the loop early)\n"
+         "  time per iteration            loop wall time / iterations; host: an iteration's host time before its\n"
+         "                                sync; CPU: the process's CPU time over the loop (all threads)\n"
+         "  sync: calls / time / waited   synchronize hints, the time inside them (collections included) and the\n"
+         "                                time blocked on the device; slack: the wait the policy expects to fill\n"
+         "  peak live / reserved          device bytes in use (requested) and held from the device (in use + the\n"
+         "                                pool's cache), at their peaks; explicit_free's peaks are the oracle\n"
+         "  policy minor / full           collections the policy asked the collector for; full: whole-heap cycles,\n"
+         "                                in slices (incremental) or at once (blocking); cycles run back to back:\n"
+         "                                sliced cycles finished at once because memory was needed\n"
+         "  runtime's own                 collections the runtime (Boehm) started by itself; collector total:\n"
+         "                                every collection the collector completed, the policy's and its own\n"
+         "  blocking whole-heap after 10% stop-the-world whole-heap collections of any origin after the first\n"
+         "                                10% of the iterations (the runtime's own counted as blocking)\n"
+         "  GC time exposed / hidden      exposed: collection time the loop waited for (an upper bound, the\n"
+         "                                runtime's own time included), also as a share of wall time; hidden:\n"
+         "                                collection time that overlapped device work\n"
+         "  why over the GC budget        when exposed exceeds --gc-budget: which collections the budget does\n"
+         "                                not pace (Note [Exposed time over the budget], bench/forward/report.cpp)\n"
+         "  GC time policy / all          the policy's collections; all: plus the runtime's own (a lower bound)\n"
+         "  longest pause / iteration     the longest collection the policy ran; the longest iteration\n"
+         "  finalized handles             device arrays the collector found dead and whose finalizers ran\n"
+         "  OOMs                          out-of-memory errors the loop caught\n";
+}
+
+std::string version() {
+  std::string v = std::string("forward_loop, gcpressure ") + FWD_GCPRESSURE_VERSION + "; backends: host";
+#if FWD_WITH_CUDA
+  v += ", cuda, cuda_async (built with CUDA; ";
+  v += gcp::cuda_available() ? std::to_string(gcp::cuda_device_count()) + " usable device(s))" : "no usable device here)";
+#else
+  v += " (built without CUDA)";
+#endif
+  return v;
+}
+
+std::string status_heading(const result& r) {
+  std::ostringstream os;
+  os << "The library's statistics (gcpressure::to_text), since the device heap was created: peaks from the loop's "
+        "start; counts and totals include the set-up's "
+     << r.collections_before_loop << " collection(s) and " << r.allocations_before_loop
+     << " allocation(s), which the summary below leaves out.";
+  return os.str();
+}
 
 std::string to_json(const result& r) {
   json_line j;
@@ -190,6 +271,7 @@ std::string summary_table(const result& r) {
   row("blocking whole-heap after 10%", n(r.collections_full_steady_any) + " (any origin)");
   row("GC time exposed / hidden", f("%.3f s", r.exposed_gc_seconds) + f(" (%.2f%% of wall)", 100 * r.exposed_gc_fraction) +
                                       f(" / %.3f s", r.hidden_gc_seconds));
+  if (r.exposed_gc_fraction > r.gc_budget) row("why over the GC budget", over_budget(r));
   row("GC time policy / all", f("%.3f s", r.gc_seconds) + f(" / %.3f s", r.gc_seconds_all));
   row("longest pause / iteration", f("%.3f ms", r.max_pause_seconds * 1e3) + f(" / %.3f ms", r.max_iteration_seconds * 1e3));
   row("finalized handles", n(r.finalized));
