@@ -4,12 +4,14 @@
 // runs on every backend, the host one sharing a capacity file included.
 //
 //   gcpressure_hog [--backend host|cuda|cuda_async] [--fraction F] [--after-seconds S]
-//                  [--hold-seconds H] [--host-shared FILE] [--host-capacity SIZE]
+//                  [--hold-seconds H] [--hold-until-file FILE] [--host-shared FILE]
+//                  [--host-capacity SIZE]
 //
 // Waits S seconds, then takes F of the device's total memory in chunks (a
 // chunk that does not fit is retried every 10 ms: the other tenant may be
 // giving memory back), prints one line when it holds it all, holds it H
-// seconds from then and frees it. The last line is JSON: target_bytes,
+// seconds from then (with --hold-until-file: until FILE exists, H seconds at
+// most: a test's event, not a race) and frees it. The last line is JSON: target_bytes,
 // taken_bytes, took_seconds (from start to holding it all), complete. Exit 0
 // when it took everything, 3 when it gave up (H seconds after S without all of
 // it), 2 on a usage error. GCPRESSURE_HOST_SHARED and _HOST_CAPACITY apply as
@@ -21,6 +23,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include "gcpressure/allocator.hpp"
 #include "gcpressure/error.hpp"
@@ -34,12 +38,14 @@ using clock_type = std::chrono::steady_clock;
 struct hog_options {
   gcp::allocator_options alloc;
   double fraction = 0.5, after = 0, hold = 10;
+  std::string hold_until_file;
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "gcpressure_hog: %s\nusage: gcpressure_hog [--backend host|cuda|cuda_async] [--fraction F] "
-               "[--after-seconds S] [--hold-seconds H] [--host-shared FILE] [--host-capacity SIZE]\n",
+               "[--after-seconds S] [--hold-seconds H] [--hold-until-file FILE] [--host-shared FILE] "
+               "[--host-capacity SIZE]\n",
                why.c_str());
   std::exit(2);
 }
@@ -70,6 +76,7 @@ hog_options parse(int argc, char** argv) {
     } else if (a == "--fraction") o.fraction = number(a, v, 1e-6, 1);
     else if (a == "--after-seconds") o.after = number(a, v, 0, 1e6);
     else if (a == "--hold-seconds") o.hold = number(a, v, 0, 1e6);
+    else if (a == "--hold-until-file") o.hold_until_file = v;
     else if (a == "--host-shared") o.alloc.host_shared = v;
     else if (a == "--host-capacity") {
       const auto s = gcp::parse_size(v, "--host-capacity");
@@ -106,7 +113,14 @@ int run(const hog_options& o) {
     std::printf("hog: holding %s (%.0f%% of the device) after %.3f s\n", gcp::format_bytes(taken).c_str(),
                 100 * o.fraction, took);
     std::fflush(stdout);
-    std::this_thread::sleep_for(std::chrono::duration<double>(o.hold));
+    const auto until = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
+                                                std::chrono::duration<double>(o.hold));
+    if (o.hold_until_file.empty()) {
+      std::this_thread::sleep_until(until);
+    } else {
+      while (::access(o.hold_until_file.c_str(), F_OK) != 0 && clock_type::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
   }
   for (const auto& [p, n] : held) a.free(p, n);
   std::printf("{\"target_bytes\":%zu,\"taken_bytes\":%zu,\"took_seconds\":%.6f,\"complete\":%s}\n", target, taken,

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <random>
 #include <thread>
@@ -28,15 +29,73 @@ bool overlap(const void* a, std::size_t an, const void* b, std::size_t bn) {
   return x < y + bn && y < x + an;
 }
 
-// Allocates `n` bytes on `s`, queues a slow "kernel" on `s` (100 ms, then
-// write(p), then `done`) and frees the block on `s`, stream-ordered behind
-// that kernel. Returns the block.
+// Note [A stream the test controls]
+// Work queued on a host_stream waits at a gate until the test opens it, so
+// "the stream's work has not run yet" holds by construction whatever the
+// load (these tests used to sleep 100-300 ms in the work and race it, and
+// failed when a loaded machine lost the race). A gate opens when it
+// is destroyed too: declared after the streams, the test's gate opens
+// before their destructors join their workers, even when an ASSERT returns
+// early. A call that must wait for gated work runs on another thread
+// (returns_only_after): it must not return while the gate is shut (watched
+// for 100 ms: on a loaded machine a pool that does not wait may go unseen
+// there, a correct one never fails), then the gate opens and it must return.
+class gate {
+  struct state {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool open = false;
+  };
+
+ public:
+  // What the queued work holds (a copy shares the gate; it never opens it).
+  class waiter {
+   public:
+    explicit waiter(std::shared_ptr<state> s) : s_(std::move(s)) {}
+    void wait() const {
+      std::unique_lock<std::mutex> lk(s_->mu);
+      s_->cv.wait(lk, [this] { return s_->open; });
+    }
+
+   private:
+    std::shared_ptr<state> s_;
+  };
+  gate() = default;
+  gate(const gate&) = delete;
+  gate& operator=(const gate&) = delete;
+  ~gate() { open(); }
+  waiter holder() const { return waiter(s_); }
+  void open() const {
+    {
+      std::lock_guard<std::mutex> lk(s_->mu);
+      s_->open = true;
+    }
+    s_->cv.notify_all();
+  }
+
+ private:
+  std::shared_ptr<state> s_ = std::make_shared<state>();
+};
+
+// Runs call() on another thread; fails if it returns before `g` opens.
+template <class F>
+auto returns_only_after(const gate& g, F call) {
+  auto f = std::async(std::launch::async, call);
+  EXPECT_EQ(f.wait_for(100ms), std::future_status::timeout)
+      << "returned while the stream's work was still held at the gate";
+  g.open();
+  return f.get();
+}
+
+// Allocates `n` bytes on `s`, queues a "kernel" on `s` (it waits at `g`,
+// then write(p), then `done`) and frees the block on `s`, stream-ordered
+// behind that kernel. Returns the block.
 template <class Write>
-void* free_behind_slow_kernel(pool_resource& pool, host_stream& s, std::size_t n, std::atomic<bool>& done,
-                              Write write) {
+void* free_behind_gated_kernel(pool_resource& pool, host_stream& s, std::size_t n, const gate& g,
+                               std::atomic<bool>& done, Write write) {
   void* p = pool.allocate(n, s.ref());
-  s.enqueue([p, &done, write] {
-    std::this_thread::sleep_for(100ms);
+  s.enqueue([p, &done, write, w = g.holder()] {
+    w.wait();
     write(p);
     done = true;
   });
@@ -59,15 +118,16 @@ TEST(HostStream, RunsTasksInOrder) {
 
 TEST(HostStream, EventsTrackQueuedWork) {
   host_stream s;
+  gate g;  // Note [A stream the test controls]
   std::atomic<bool> ran{false};
-  s.enqueue([&] {
-    std::this_thread::sleep_for(150ms);
+  s.enqueue([&ran, w = g.holder()] {
+    w.wait();
     ran = true;
   });
   stream_ops& ops = host_stream_ops();
   event_ref e = ops.record(s.ref());
-  EXPECT_FALSE(ops.query(e)) << "event completed while earlier work still sleeps";
-  ops.synchronize(e);
+  EXPECT_FALSE(ops.query(e)) << "event completed while earlier work is still held";
+  returns_only_after(g, [&] { ops.synchronize(e); });
   EXPECT_TRUE(ran.load()) << "synchronize(event) returned before the work ran";
   EXPECT_TRUE(ops.query(e));
   ops.release(e);
@@ -112,15 +172,17 @@ TEST(HostResource, StreamOrderedFreeCountsUntilItRuns) {
   constexpr std::size_t n = MiB;
   void* p = h.allocate(n, s.ref());
   const std::size_t used = h.used();
+  gate g;  // Note [A stream the test controls]
   std::atomic<bool> wrote{false};
-  s.enqueue([&, p] {
-    std::this_thread::sleep_for(150ms);
+  s.enqueue([&wrote, p, w = g.holder()] {
+    w.wait();
     std::memset(p, 0x11, n);  // the "kernel" still uses p after the free was issued
     wrote = true;
   });
   h.deallocate(p, n, s.ref());
   EXPECT_FALSE(wrote.load());
   EXPECT_EQ(h.used(), used) << "stream-ordered free released memory before the stream's work ran";
+  g.open();
   s.synchronize();
   EXPECT_TRUE(wrote.load());
   EXPECT_EQ(h.used(), 0u);
@@ -381,14 +443,15 @@ TEST(PoolStreams, NotReusedOnOtherStreamBeforeWorkRan) {
   host_stream A, B;  // streams outlive the pool (see StreamDestroyedWhileItsBlocksAreCached)
   pool_resource pool(h);
   constexpr std::size_t n = 4096;
+  gate g;  // Note [A stream the test controls]
   std::atomic<bool> done{false};
-  void* p = free_behind_slow_kernel(pool, A, n, done, [](void* b) { gcp_test::fill_pattern(b, n, 4242); });
+  void* p = free_behind_gated_kernel(pool, A, n, g, done, [](void* b) { gcp_test::fill_pattern(b, n, 4242); });
   void* q = pool.allocate(n, B.ref());
-  const bool done_at_alloc = done.load();
-  EXPECT_TRUE(!overlap(p, n, q, n) || done_at_alloc)
-      << "block freed on A was handed to B while A's work was still queued";
+  ASSERT_FALSE(done.load());  // held at the gate
+  EXPECT_FALSE(overlap(p, n, q, n)) << "block freed on A was handed to B while A's work was still queued";
   // B's own "kernel" writes its block at once.
   std::memset(q, 0xB0, n);
+  g.open();
   A.synchronize();
   ASSERT_TRUE(done.load());
   if (!overlap(p, n, q, n)) {
@@ -404,13 +467,15 @@ TEST(PoolStreams, ReusedAtOnceOnSameStream) {
   host_stream A;
   pool_resource pool(h);
   constexpr std::size_t n = 4096;
+  gate g;  // Note [A stream the test controls]
   std::atomic<bool> done{false};
-  void* p = free_behind_slow_kernel(pool, A, n, done, [](void* b) { std::memset(b, 0xA1, n); });
+  void* p = free_behind_gated_kernel(pool, A, n, g, done, [](void* b) { std::memset(b, 0xA1, n); });
   const auto ups = pool.counters().upstream_allocations;
   void* q = pool.allocate(n, A.ref());  // later work on A runs after the kernel: safe
-  EXPECT_FALSE(done.load()) << "test precondition: A's work should still be queued";
+  EXPECT_FALSE(done.load());  // held at the gate: the allocation did not wait for A
   EXPECT_EQ(q, p) << "same-stream reuse must not wait for the stream";
   EXPECT_EQ(pool.counters().upstream_allocations, ups);
+  g.open();
   A.synchronize();
   pool.deallocate(q, n, A.ref());
 }
@@ -420,10 +485,11 @@ TEST(PoolStreams, ReusableOnOtherStreamAfterWaitPending) {
   host_stream A, B;  // streams outlive the pool (see StreamDestroyedWhileItsBlocksAreCached)
   pool_resource pool(h);
   constexpr std::size_t n = 4096;
+  gate g;  // Note [A stream the test controls]
   std::atomic<bool> done{false};
-  void* p = free_behind_slow_kernel(pool, A, n, done, [](void* b) { std::memset(b, 0xA2, n); });
+  void* p = free_behind_gated_kernel(pool, A, n, g, done, [](void* b) { std::memset(b, 0xA2, n); });
   EXPECT_GE(pool.counters().pending_blocks, 1u) << "a block freed behind queued work should be pending";
-  const std::size_t waited = pool.wait_pending();
+  const std::size_t waited = returns_only_after(g, [&] { return pool.wait_pending(); });
   EXPECT_GE(waited, 1u);
   EXPECT_TRUE(done.load()) << "wait_pending returned before A's work ran";
   EXPECT_EQ(pool.counters().pending_blocks, 0u);
@@ -445,24 +511,30 @@ TEST(PoolStreams, WaitPendingCoversFreesAfterAnEarlierEvent) {
   pool_resource pool(h);
   constexpr std::size_t n = 64 * KiB;
   void* x = pool.allocate(n, A.ref());
+  gate g1, g2;  // Note [A stream the test controls]
   std::atomic<bool> w1{false}, w2{false};
-  A.enqueue([&] {
-    std::this_thread::sleep_for(100ms);
+  A.enqueue([&w1, w = g1.holder()] {
+    w.wait();
     w1 = true;
   });
   pool.deallocate(x, n, A.ref());
   // B misses in its own lists and looks at A's blocks (records an event on A).
   void* b1 = pool.allocate(4096, B.ref());
-  ASSERT_FALSE(w1.load()) << "test precondition: A's first task should still run";
+  ASSERT_FALSE(w1.load());  // held at g1
   // More work and another free on A after that event.
   void* y = pool.allocate(3 * n, A.ref());
-  A.enqueue([&, y] {
-    std::this_thread::sleep_for(300ms);
+  A.enqueue([&w2, y, w = g2.holder()] {
+    w.wait();
     gcp_test::fill_pattern(y, 3 * n, 99);
     w2 = true;
   });
   pool.deallocate(y, 3 * n, A.ref());
-  pool.wait_pending();
+  // The old event completes (g1 open, its work done); the work before y's
+  // free is still held at g2: wait_pending() must wait for that too.
+  g1.open();
+  gcp_test::settle([] {}, [&] { return w1.load(); }, 60s);
+  ASSERT_TRUE(w1.load());
+  returns_only_after(g2, [&] { return pool.wait_pending(); });
   EXPECT_TRUE(w2.load()) << "wait_pending() returned while work queued before a free on A was still running";
   void* q = pool.allocate(3 * n, B.ref());
   const bool w2_at_alloc = w2.load();
@@ -482,22 +554,26 @@ TEST(PoolStreams, NoMemoryReturnedBeforePendingWorkRan) {
   host_stream A;
   pool_resource pool(h);
   void* p = pool.allocate(4096, A.ref());
+  gate g;  // Note [A stream the test controls]
   std::atomic<bool> done{false};
-  A.enqueue([p, &done] {
-    std::this_thread::sleep_for(150ms);
+  A.enqueue([p, &done, w = g.holder()] {
+    w.wait();
     std::memset(p, 0xA3, 4096);  // a use-after-free if the memory went back too early
     done = true;
   });
   pool.deallocate(p, 4096, A.ref());
   const std::size_t released = pool.release_cached();
   EXPECT_TRUE(released == 0 || released == 2 * MiB) << released;
-  if (!done.load()) {
-    EXPECT_EQ(h.used(), 2 * MiB) << "memory returned upstream while A's work still uses it";
-  }
-  pool.trim();
-  if (!done.load()) {
-    EXPECT_EQ(h.used(), 2 * MiB) << "trim returned memory before A's work ran";
-  }
+  EXPECT_EQ(h.used(), 2 * MiB) << "memory returned upstream while A's work still uses it";
+  // trim() may return at once (the segment already released in stream order
+  // above) or wait for A's work (still cached): either way, while the gate
+  // is shut the memory stays with the host resource.
+  auto trimmed = std::async(std::launch::async, [&] { return pool.trim(); });
+  (void)trimmed.wait_for(100ms);
+  EXPECT_FALSE(done.load());
+  EXPECT_EQ(h.used(), 2 * MiB) << "trim returned memory before A's work ran";
+  g.open();
+  trimmed.get();
   A.synchronize();
   EXPECT_TRUE(done.load());
   EXPECT_EQ(pool.counters().reserved, 0u) << "trim must leave nothing cached";
@@ -516,14 +592,15 @@ TEST(PoolStreams, ForgetStreamBeforeDestroyingIt) {
     auto A = std::make_unique<host_stream>();
     void* p = pool.allocate(4096, A->ref());
     void* keep = pool.allocate(8192, A->ref());  // keeps A's segment from being released
+    gate g;  // Note [A stream the test controls]
     std::atomic<bool> done{false};
-    A->enqueue([p, &done] {
-      std::this_thread::sleep_for(100ms);
+    A->enqueue([p, &done, w = g.holder()] {
+      w.wait();
       std::memset(p, 0xA4, 4096);
       done = true;
     });
     pool.deallocate(p, 4096, A->ref());
-    pool.forget_stream(A->ref());
+    returns_only_after(g, [&] { pool.forget_stream(A->ref()); });
     EXPECT_TRUE(done.load()) << "forget_stream returned before the stream's work ran";
     A.reset();  // now gone
     // B reuses the block freed on A at once: no new segment.

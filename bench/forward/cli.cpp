@@ -111,6 +111,8 @@ std::string usage() {
       "                    (boehm::alloc_array_object, as the bridge asks runtimes to);\n"
       "                    thread-local: GC_MALLOC (often born marked: minors promote them)\n"
       "  --max-seconds S   stop after S seconds of loop time (reported as stopped_early)\n"
+      "  --stop-file FILE  stop after the iteration during which FILE appears (stopped_early;\n"
+      "                    a test's event, where --max-seconds would be a race)\n"
       "  --seed N          seed of the model and the workloads (default 42)\n"
       "  --trace FILE.csv  one row per iteration: iteration,live,reserved,collections,gc_seconds,\n"
       "                    exposed_gc_seconds,hidden_gc_seconds. Several runs: the name holds\n"
@@ -231,6 +233,7 @@ void apply_flag(options& o, const std::string& a, const std::string& v) {
   else if (a == "--burst-every") o.burst_every = static_cast<int>(to_long(a, v, 1, 1 << 30));
   else if (a == "--burst-fraction") o.burst_fraction = to_double(a, v, 0, 1);
   else if (a == "--max-seconds") o.max_seconds = to_double(a, v, 0, 1e9);
+  else if (a == "--stop-file") o.stop_file = v;
   else if (a == "--seed") o.seed = static_cast<std::uint64_t>(to_long(a, v, 0, 0x7fffffffL));
   else if (a == "--trace") o.trace = v;
   else if (a == "--array-objects") {
@@ -247,7 +250,7 @@ const char* const valued_flags[] = {
     "--backend", "--policy", "--workload", "--reps", "--iters", "--layers", "--d", "--batch", "--host-heap-mib",
     "--host-allocs", "--hard-limit", "--soft-limit", "--host-capacity", "--gc-budget", "--every-n",
     "--promote-share", "--burst-every", "--burst-fraction", "--max-seconds", "--seed", "--trace", "--hint-order",
-    "--array-objects", "--devices", "--sync-every",
+    "--array-objects", "--devices", "--sync-every", "--stop-file",
     nullptr};
 
 }  // namespace

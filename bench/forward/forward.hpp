@@ -83,6 +83,7 @@ struct options {
   int every_n = 1;
   bool verbose = false;             // the policy's per-collection lines on stderr
   double max_seconds = 0;           // > 0: stop early after this much loop time (reported)
+  std::string stop_file;            // non-empty: stop early once this file exists (reported)
   std::uint64_t seed = 42;
   // Workload parameters (workload.hpp).
   double promote_share = 0.25;      // promote: share of arrays kept alive 1..50 iterations

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include <time.h>
+#include <unistd.h>
 
 #include "replica.hpp"
 #include "gcpressure/allocator.hpp"
@@ -306,12 +307,15 @@ void record_sample(loop_state& s, int it) {
   const std::uint64_t minors = kind(cs, gcp::gc_kind::minor) - kind(b, gcp::gc_kind::minor);
   std::fprintf(s.progress,
                "[ iter %5d ] pool usage: %s (%s reserved) | collections: %llu (%llu minor, %llu full) | runtime's own: "
-               "%llu%s\n",
+               "%llu%s%s\n",
                x.iteration, gcp::format_bytes(x.live).c_str(), gcp::format_bytes(x.reserved).c_str(),
                static_cast<unsigned long long>(x.collections), static_cast<unsigned long long>(minors),
                static_cast<unsigned long long>(x.collections - minors),
                static_cast<unsigned long long>(cs.runtime_collections - b.runtime_collections),
-               s.r.ooms ? (" | OOMs: " + std::to_string(s.r.ooms)).c_str() : "");
+               s.r.ooms ? (" | OOMs: " + std::to_string(s.r.ooms)).c_str() : "",
+               s.headroom_seen > s.headroom_changes0
+                   ? (" | headroom changes: " + std::to_string(s.headroom_seen - s.headroom_changes0)).c_str()
+                   : "");
 }
 
 // The iterations, timed: host time (start to the hint) and the hint + sync.
@@ -320,7 +324,8 @@ void iterate(loop_state& s) {
   const double cpu_start = process_cpu_seconds();
   for (int it = 0; it < s.o.iters; ++it) {
     const auto t_iter = clock_type::now();
-    const bool out_of_time = s.o.max_seconds > 0 && since(s.t_start) >= s.o.max_seconds;
+    const bool out_of_time = (s.o.max_seconds > 0 && since(s.t_start) >= s.o.max_seconds) ||
+                             (!s.o.stop_file.empty() && ::access(s.o.stop_file.c_str(), F_OK) == 0);
     const bool last = it == s.o.iters - 1 || out_of_time;
     for (auto& rp : s.reps) forward_pass(*rp, s.o, it, last, s.r);
     const auto t_host = clock_type::now();

@@ -254,7 +254,7 @@ std::string summary_table(const result& r) {
                        n(r.host_allocs) + " small allocations per iteration");
   row("limits", "hard " + gcp::format_bytes(r.hard_limit) + ", soft " + gcp::format_bytes(r.soft_limit) +
                     " (device " + gcp::format_bytes(r.device_total) + ")");
-  row("iterations", n(r.iterations) + (r.stopped_early ? " (stopped early by --max-seconds, of " +
+  row("iterations", n(r.iterations) + (r.stopped_early ? " (stopped early by --max-seconds or --stop-file, of " +
                                                              n(r.iterations_requested) + ")"
                                                        : std::string()));
   row("time per iteration", f("%.3f ms", r.time_per_iter * 1e3) + f(" (host %.3f ms", r.host_seconds_per_iter * 1e3) +
