@@ -7,7 +7,9 @@
 #   - a C consumer through pkg-config (gcpressure.pc),
 #   - the Lua module through Lua's cpath under the prefix,
 #   - the Guile module through Guile's site directories under the prefix.
-# Any failure stops the script with a message and a nonzero status.
+# Any failure stops the script with a message and a nonzero status; so does
+# a missing Lua or Guile (scripts/setup.sh installs both), and fewer checks
+# made than the floor of the "install" group in scripts/test-groups.txt.
 # CHECK_INSTALL_KEEP=1 keeps the temporary folder for inspection;
 # CHECK_INSTALL_CUDA=ON builds the installed tree with CUDA (on a GPU machine
 # the README's program then runs on cuda_async).
@@ -19,7 +21,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/gcp-check-install.XXXXXX")
 if [ "${CHECK_INSTALL_KEEP:-0}" = 1 ]; then echo "check-install: keeping $work"; else trap 'rm -rf "$work"' EXIT; fi
 prefix=$work/prefix
 fail() { echo "check-install: FAILED: $*" >&2; exit 1; }
-step() { echo "--- check-install: $*"; }
+checks=0
+step() { checks=$((checks + 1)); echo "--- check-install: $*"; }
 
 # A run must succeed. run_clean: and must not report leaked blocks either (the
 # README's programs end with the documented clean teardown). The consumers are
@@ -133,5 +136,8 @@ if command -v guile-3.0 >/dev/null || command -v guile >/dev/null; then
     (heap-destroy! h)
     (display (string-append \"guile: gcpressure \" gcpressure-version \" from the prefix\n\"))"
   if grep -q "newer than compiled" "$work/guile.stderr"; then fail "the installed gcpressure.go is older than gcpressure.scm"; fi
+else
+  fail "Guile 3.0 (guile-3.0, guile-3.0-dev) is needed for this check: bash scripts/setup.sh installs it"
 fi
-echo "check-install: OK (prefix layout: README.md, Build and install)"
+python3 scripts/check-test-groups.py count install "$checks" || fail "$checks checks made, fewer than the install group's floor"
+echo "check-install: OK, $checks checks (prefix layout: README.md, Build and install)"

@@ -9,21 +9,32 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 jobs=$(nproc)
+# Note [Test groups] (issue 25): after each ctest round, check-test-groups.py
+# prints the entries per group (scripts/test-groups.txt) and fails when one
+# is missing or below its floor, or when a test skipped for any reason but a
+# missing GPU. ctest writes what ran to a JUnit file for it (skip reasons
+# included: the output of a passed or skipped test is kept up to 64 KiB).
+# Configure's own lines (which runtime was found or skipped) are shown.
+groups() { python3 scripts/check-test-groups.py ctest "$1" "$2" "$PWD/$2/ctest-$1.xml"; }
+junit() { echo --output-junit "$PWD/$2/ctest-$1.xml" --test-output-size-passed 65536; }
+shown() { { grep -E '^-- gcpressure' || true; }; }
 
 echo "=== Release build and tests"
-cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release | shown
 cmake --build build/release -j"$jobs"
-ctest --test-dir build/release --output-on-failure -j"$jobs"
+ctest --test-dir build/release --output-on-failure -j"$jobs" $(junit release build/release)
+groups release build/release
 
 echo "=== Debug + ASan/UBSan build and tests (host backend)"
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DGCPRESSURE_WITH_CUDA=OFF \
-  -DGCPRESSURE_SANITIZE=address,undefined -DGCPRESSURE_BUILD_BENCH=OFF >/dev/null
+  -DGCPRESSURE_SANITIZE=address,undefined -DGCPRESSURE_BUILD_BENCH=OFF | shown
 cmake --build build/asan -j"$jobs"
 # Boehm's incremental mode takes write faults on protected pages (mprotect
 # dirty bits): ASan must let its SEGV handler through.
 export ASAN_OPTIONS=allow_user_segv_handler=1:handle_segv=0:detect_leaks=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-ctest --test-dir build/asan --output-on-failure -j"$jobs"
+ctest --test-dir build/asan --output-on-failure -j"$jobs" $(junit asan build/asan)
+groups asan build/asan
 
 echo "=== bdwgc built with ThreadSanitizer (Debian's source of the installed libgc; cached in build/bdwgc-tsan)"
 # Note [TSan over Boehm]
@@ -63,13 +74,14 @@ if [[ -f build/tsan/CMakeCache.txt ]] && ! grep -q "BDWGC_LIBDIR:INTERNAL=$bdwgc
 fi
 PKG_CONFIG_PATH="$bdwgc_tsan/prefix/lib/pkgconfig" cmake -S . -B build/tsan -G Ninja \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGCPRESSURE_WITH_CUDA=OFF \
-  -DGCPRESSURE_SANITIZE=thread -DGCPRESSURE_BUILD_BENCH=OFF -DGCPRESSURE_BUILD_EXAMPLES=OFF >/dev/null
+  -DGCPRESSURE_SANITIZE=thread -DGCPRESSURE_BUILD_BENCH=OFF -DGCPRESSURE_BUILD_EXAMPLES=OFF | shown
 cmake --build build/tsan -j"$jobs"
 # tsan.supp names the known races (each one a reported bug, to be deleted when
 # fixed; plus bdwgc's own conservative stack scanning, by design: see there);
 # halt_on_error=0 lists every report, and any report fails the test.
 export TSAN_OPTIONS="suppressions=$PWD/tests/reliability/tsan.supp:halt_on_error=0:second_deadlock_stack=1"
-ctest --test-dir build/tsan --output-on-failure -j"$jobs" -LE 'boehm|c_api'
+ctest --test-dir build/tsan --output-on-failure -j"$jobs" -LE 'boehm|c_api' $(junit tsan build/tsan)
+groups tsan build/tsan
 # Over the TSan-built bdwgc (Note [TSan over Boehm]), with bdwgc's incremental
 # mode off (GC_DISABLE_INCREMENTAL), what runs: the C API test (c_api: every
 # C-API call, Boehm-owned buffers, finalizers, its threads) and the
@@ -107,7 +119,8 @@ ctest --test-dir build/tsan --output-on-failure -j"$jobs" -LE 'boehm|c_api'
 #    BoehmsForcedFullsAreOwnWholeHeap.
 # Those run in the Release and ASan/UBSan builds above.
 GC_DISABLE_INCREMENTAL=1 ctest --test-dir build/tsan --output-on-failure -j"$jobs" -L 'c_api|tsan_boehm' \
-  -E '^c_api_devices$'
+  -E '^c_api_devices$' $(junit tsan_boehm build/tsan)
+groups tsan_boehm build/tsan
 
 echo "=== Install into a temporary prefix; README blocks, find_package, pkg-config, Lua, Guile" && bash scripts/check-install.sh
 echo "=== pip install ./examples/python (and ./examples/torch) in a venv" && bash examples/python/check_pip.sh
