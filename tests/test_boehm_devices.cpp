@@ -81,7 +81,17 @@ TEST(BoehmDevices, BuffersReturnToTheirOwnDevice) {
   // as its heap grows, often under TSan) are freed by the next allocation's
   // drain, outside any policy collection, and are not the policy's reclaimed
   // bytes (263-598 MiB of 640 under TSan; a ">= 600 MiB" here failed there).
-  EXPECT_GT(s1.gc.reclaimed_bytes, 64 * MiB) << "device 1's own share";
+  // The bound per build, from what was measured (issue 25): Release 625-640
+  // MiB in 8 runs, Debug+ASan 632-634 in 4: at least 576 (90%) there; TSan
+  // 263-598: at least 192 there. frees and pushed() above are exact.
+#if defined(__SANITIZE_THREAD__)
+  constexpr std::size_t min_reclaimed = 192 * MiB;
+#else
+  constexpr std::size_t min_reclaimed = 576 * MiB;
+#endif
+  std::printf("device 1: %.1f MiB of 640 reclaimed by policy collections; device 0: %.1f of 64\n",
+              static_cast<double>(s1.gc.reclaimed_bytes) / MiB, static_cast<double>(s0.gc.reclaimed_bytes) / MiB);
+  EXPECT_GE(s1.gc.reclaimed_bytes, min_reclaimed) << "device 1's own share, reclaimed by the policy's collections";
   EXPECT_LE(s1.gc.reclaimed_bytes, 640 * MiB);
   EXPECT_LE(s0.gc.reclaimed_bytes, 64 * MiB);
 }
