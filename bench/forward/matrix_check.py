@@ -100,7 +100,10 @@ def check_devices(run, n):
     bad = []
     if [d["device"] for d in devs] != list(range(n)):
         bad.append("device ordinals %s, expected 0..%d" % ([d["device"] for d in devs], n - 1))
-    if run["ooms"] != 0:
+    # runtime_native is the runtime's own mechanism alone (bdwgc's pace here):
+    # running out is the finding it exists to show, not a failure.
+    may_oom = run["policy"] == "runtime_native"
+    if run["ooms"] != 0 and not may_oom:
         bad.append("%d OOM(s): %s" % (run["ooms"], run["first_oom"]))
     for key, combine in (("peak_live_bytes", max), ("peak_reserved_bytes", max), ("allocations", sum),
                          ("finalized", sum), ("ooms", sum)):
@@ -112,7 +115,7 @@ def check_devices(run, n):
     allocated = run["bytes_per_iteration"] * run["iterations"] // n
     for d in devs:
         where = "device %d: " % d["device"]
-        if d["ooms"] != 0:
+        if d["ooms"] != 0 and not may_oom:
             bad.append(where + "%d OOM(s)" % d["ooms"])
         for key in ("peak_live_bytes", "peak_reserved_bytes"):
             if d[key] > d["hard_limit"]:
