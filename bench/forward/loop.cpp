@@ -490,6 +490,10 @@ result run(const options& o, host_heap* heap, std::FILE* progress) {
     a.reset_peaks();
     rp->allocs0 = a.allocation_count();
   }
+  // A cycle the collector finished but the policy has not yet recorded would
+  // make the collector's count and the policy's disagree (Note in
+  // gc_policy::finish_cycle); settled here and before the results.
+  s.dh->policy().finish_cycle();
   s.dh->policy().fill_stats(s.base);
   for (const std::uint64_t k : s.base.by_kind) s.r.collections_before_loop += k;
   for (auto& rp : s.reps) s.r.allocations_before_loop += rp->allocs0;
@@ -497,6 +501,7 @@ result run(const options& o, host_heap* heap, std::FILE* progress) {
   s.headroom_changes0 = s.headroom_seen = headroom_changes(*s.dh);
   s.r.samples.reserve(static_cast<std::size_t>(o.iters));
   iterate(s);
+  s.dh->policy().finish_cycle();
   collect_results(s);
   if (!o.trace.empty()) write_trace(s.r, o.trace);
   teardown(s);

@@ -341,6 +341,15 @@ bool gc_policy::step_cycle(gc_kind kind, gc_reason reason, outcome* out, bool ba
 
 void gc_policy::collect(gc_kind kind) { run_collection(kind, gc_reason::user); }
 
+void gc_policy::finish_cycle() {
+  if (in_collection()) return;
+  auto lk = lock_collection();
+  if (!cycle_active()) return;
+  const gc_kind k = cycle_;
+  while (!step_cycle(k, gc_reason::quiet_moment, nullptr, false)) {
+  }
+}
+
 void gc_policy::before_block(device_allocator&, const std::function<bool()>&) { quiet_moment(true); }
 
 // Note [Collect in the device's time]

@@ -140,6 +140,14 @@ class gc_policy : public allocation_hook {
   // and the drain.
   void collect(gc_kind kind);
 
+  // Finishes the cycle in progress, if any, and records it (reason
+  // quiet_moment). The collector counts a sliced cycle when its mark ends,
+  // which the mutator's own allocations can reach between two of the
+  // policy's steps; the policy records it at its next step. A runtime that
+  // reads its statistics at the end of a run calls this first, so that the
+  // two counts agree. Thread-safe; not from a finalizer.
+  void finish_cycle();
+
   // allocation_hook
   bool reclaim(device_allocator& a, ladder_step step) override;
   void fill_stats(collection_stats& out) const override;
