@@ -152,9 +152,16 @@ struct handle_facts {
 // outside bdwgc. bdwgc's own data and anonymous memory (its block headers,
 // mark stack, malloc arenas) hold words that are not roots, and clearing
 // those corrupts the collector ("Unexpected mark stack overflow", seen).
+// This executable's .bss (GNU ld's symbols): its tail past the last page of
+// the file is an anonymous mapping, named "anon" like bdwgc's memory, and
+// whether a global such as g_kept lands there depends on the binary's layout.
+extern "C" char __bss_start[], _end[];
+
 bool clearable(const gcp_rel::word_hit& w) {
   if (w.in_gc_object || w.where.find("libgc") != std::string::npos) return false;
   if (w.where.rfind("[stack]", 0) == 0) return true;
+  if (w.at >= reinterpret_cast<std::uintptr_t>(__bss_start) && w.at < reinterpret_cast<std::uintptr_t>(_end))
+    return true;  // this executable's own globals
   if (w.where.rfind("anon", 0) == 0) return w.mapping_bytes >= (std::size_t{1} << 20);  // a thread stack
   return w.where.rfind("/", 0) == 0;  // a loaded object's data segment
 }
