@@ -197,6 +197,24 @@ TEST(Allocator, AllocateFreeAccounting) {
   a.free(r, 300);
 }
 
+// The reserved peak (the limiter's) restarts too: a benchmark that runs
+// variants one after another in one process reads each variant's own peak.
+TEST(Allocator, ResetPeaksRestartsTheReservedPeak) {
+  device_allocator a(host_opts(256 * MiB));
+  void* big = a.allocate(64 * MiB);
+  a.free(big, 64 * MiB);
+  EXPECT_GE(a.stats().reserved.peak, static_cast<std::int64_t>(64 * MiB));
+  a.trim();
+  ASSERT_EQ(a.stats().reserved.current, 0);
+  a.reset_peaks();
+  EXPECT_EQ(a.stats().reserved.peak, 0) << "reset_peaks left the reserved peak of an earlier phase";
+  void* p = a.allocate(MiB);
+  const auto s = a.stats();
+  EXPECT_EQ(s.reserved.peak, s.reserved.current);
+  EXPECT_LT(s.reserved.peak, static_cast<std::int64_t>(64 * MiB));
+  a.free(p, MiB);
+}
+
 TEST(Allocator, TrimReturnsReservedMemory) {
   device_allocator a(host_opts(256 * MiB));
   void* p = a.allocate(12 * MiB);

@@ -448,6 +448,7 @@ std::uint64_t device_allocator::allocation_count() const noexcept {
 
 void device_allocator::reset_peaks() noexcept {
   if (pool_) pool_->reset_peaks();
+  limiter_->reset_peak();
   requested_.reset_peak();
   allocated_.reset_peak();
   active_.reset_peak();

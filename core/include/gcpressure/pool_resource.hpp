@@ -123,6 +123,8 @@ class limiting_adaptor final : public device_resource {
   // Bytes handed out and not yet returned (rounded to 256).
   std::size_t used() const noexcept { return static_cast<std::size_t>(usage_.current()); }
   stat_value usage() const noexcept { return usage_.get(); }
+  // The reserved peak restarts at what is reserved now (device_allocator::reset_peaks).
+  void reset_peak() noexcept { usage_.reset_peak(); }
 
  private:
   void* do_allocate(std::size_t bytes, stream_ref stream) override;

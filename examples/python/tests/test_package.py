@@ -91,5 +91,28 @@ def torch_configure_then_cupy():
     del a
 
 
+def reset_peaks_restarts_reserved():
+    # bench_cycles.py runs its variants one after another in one process and
+    # reads each one's peak after reset_peaks(): the reserved peak (the
+    # limiter's, not only the live one) must restart, at what is reserved now.
+    import gcpressure.torch as gt
+    gt.configure(hard_limit="256MiB", backend="host", host_capacity="256MiB")
+    L = gt._lib
+    p = L.c.gcp_torch_alloc_nothrow(64 * MiB, 0, None)
+    L.c.gcp_torch_free(p, 64 * MiB, 0, None)
+    gt.trim()
+    s = gt.stats()
+    expect(s["peak_reserved_bytes"] >= 64 * MiB and s["reserved_bytes"] == 0, s["peak_reserved_bytes"])
+    gt.reset_peaks()
+    s = gt.stats()
+    expect(s["peak_reserved_bytes"] == 0 and s["peak_live_bytes"] == 0,
+           f"reset_peaks left peak reserved {s['peak_reserved_bytes']}, live {s['peak_live_bytes']}")
+    q = L.c.gcp_torch_alloc_nothrow(MiB, 0, None)
+    s = gt.stats()
+    expect(0 < s["peak_reserved_bytes"] == s["reserved_bytes"] < 64 * MiB, s["peak_reserved_bytes"])
+    L.c.gcp_torch_free(q, MiB, 0, None)
+
+
 if __name__ == "__main__":
-    main({f.__name__: f for f in (shims, one_pool_two_frameworks, torch_configure_then_cupy)})
+    main({f.__name__: f for f in (shims, one_pool_two_frameworks, torch_configure_then_cupy,
+                                      reset_peaks_restarts_reserved)})
