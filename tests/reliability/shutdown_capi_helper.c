@@ -4,8 +4,9 @@
  * Usage: gcpressure_shutdown_capi_helper capi-after-destroy
  * main creates a Boehm-collected allocator, allocates raw blocks and GC-owned
  * buffers and returns. An atexit handler then (after main):
- *  - destroys the allocator with all of them live: a documented leak,
- *    reported on stderr, never a free;
+ *  - destroys the allocator with all of them live: the raw blocks are a
+ *    documented leak, reported on stderr, never a free; the buffers' blocks
+ *    are freed (Note [Blocks still allocated at shutdown]);
  *  - writes the raw blocks (still the caller's memory: ASan proves no
  *    use-after-free);
  *  - checks that every call on the destroyed allocator returns

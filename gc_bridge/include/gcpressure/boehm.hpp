@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gcpressure/allocator.hpp"
@@ -143,8 +144,12 @@ class device_heap {
 
   // Note [Clean teardown]: a blocking whole-heap collection, the finalizers
   // it made pending, a drain, then the allocator is released. Buffers that
-  // are garbage return their blocks first, so only buffers still reachable
-  // (a handle kept in a root: a genuine leak) are reported as leaked.
+  // are garbage return their blocks first; the blocks of buffers still
+  // live after that (a dead stack slot or a global still names them) are
+  // freed with the heap, not leaked (Note [Blocks still allocated at
+  // shutdown] in gc_bridge/src/device_heap.cpp; GCPRESSURE_VERBOSE=1 says
+  // how many). Blocks taken through allocator() are the caller's: still
+  // allocated ones are reported as leaked.
   // Note [Shutdown]: later finalizers of this heap's buffers do nothing;
   // their blocks went with the allocator; data() on them throws logic_error
   // and is_live() is false. Every other member throws logic_error
@@ -203,6 +208,7 @@ class device_heap {
  private:
   void open(const std::vector<allocator_options>& a, const std::string& policy, const policy_options& p);
   void release_slots() noexcept;
+  std::pair<std::size_t, std::size_t> release_live_buffers();  // (buffers, bytes) freed
 
   // One per device: its allocator and the finalizer slot its buffers name.
   struct device_slot {
@@ -214,10 +220,16 @@ class device_heap {
   std::vector<device_slot> devices_;
   boehm_collector collector_;
   std::unique_ptr<gc_policy> policy_;
+  bool verbose_ = false;  // policy_options.verbose: shutdown() says what it freed
 };
 
 // Handles finalized whose heap was already gone (Note [Shutdown]).
 std::uint64_t orphaned_finalizations() noexcept;
+// Buffers whose blocks device_heap::shutdown() freed because the collector
+// still found them after its teardown collection (Note [Blocks still
+// allocated at shutdown]), over every heap of the process. Thread-safe;
+// finalizer-safe.
+std::uint64_t blocks_freed_at_shutdown() noexcept;
 
 // A GC object of `bytes`, scanned for pointers, from Boehm's global free
 // lists: allocate the runtime's array object (the host object that points at

@@ -169,10 +169,13 @@ gcpressure_status gcpressure_create(const gcpressure_options* o, gcpressure_allo
  * callbacks, only a drain of what finalizers queued (the runtime may be
  * half torn down: run your own full collection and finalizers first, e.g.
  * lua_close before gcpressure_destroy). Then the memory is released.
- * Blocks still live: a documented leak (reported on stderr), never a
- * use-after-free; later calls on `a` return GCPRESSURE_ERR_SHUTDOWN (the
- * handle's few bytes are kept as a tombstone for that). Not from a
- * collection. */
+ * GC-owned buffers (gcpressure_boehm_alloc) still live then, e.g. named by
+ * a dead stack slot, are freed and invalid from then on
+ * (GCPRESSURE_VERBOSE=1 says how many). Blocks from gcpressure_alloc still
+ * live: a documented leak (reported on stderr), never a use-after-free, as
+ * the runtime may still use or release them. Later calls on `a` return
+ * GCPRESSURE_ERR_SHUTDOWN (the handle's few bytes are kept as a tombstone
+ * for that). Not from a collection. */
 gcpressure_status gcpressure_destroy(gcpressure_allocator* a);
 
 /* Registers the runtime's collector and (re)creates the policy over it.
