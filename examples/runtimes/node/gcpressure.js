@@ -17,6 +17,37 @@ const vm = require('vm');
 
 const native = require(process.env.GCP_NODE_ADDON || path.join(__dirname, 'gcpressure.node'));
 
+// Note [Failures are returned; JS throws them] (gcpressure_node.cc): an addon
+// function that fails returns its Error (nothing else it returns is one) and
+// these wrappers throw it here, in JS: a throw from native code would leave
+// Node's pending napi exception set while V8 may run the arrays' finalizers
+// inside a collection, which Node turns into a fatal "uncaught" report.
+function throwing(f) {
+  return function (...args) {
+    const r = f.apply(this, args);
+    if (r instanceof Error) throw r;
+    return r;
+  };
+}
+for (const cls of [native.Heap, native.DeviceArray]) {
+  for (const [name, d] of Object.entries(Object.getOwnPropertyDescriptors(cls.prototype))) {
+    if (name === 'constructor') continue;
+    if (typeof d.value === 'function') d.value = throwing(d.value);
+    if (d.get) d.get = throwing(d.get);
+    Object.defineProperty(cls.prototype, name, d);
+  }
+  Object.freeze(cls.prototype);  // as read-only as the addon's own (napi_default) were
+}
+const constructing = (cls) => new Proxy(cls, {
+  construct(target, args) {
+    const r = Reflect.construct(target, args);
+    if (r instanceof Error) throw r;
+    return r;
+  },
+});
+const Heap = constructing(native.Heap);
+const DeviceArray = constructing(native.DeviceArray);
+
 // Note [V8 as the collector] (gcpressure_node.cc): the --expose-gc function.
 // `node --expose-gc` defines it globally; otherwise the flag is set at run
 // time and the function taken from a fresh context (the flag is read when a
@@ -53,13 +84,13 @@ function open(options = {}) {
     o.collector = false;
   }
   const gc = v8Gc();
-  return new native.Heap(o, () => gc(MINOR), () => gc());
+  return new Heap(o, () => gc(MINOR), () => gc());
 }
 
 module.exports = {
   open,
-  Heap: native.Heap,
-  DeviceArray: native.DeviceArray,
+  Heap,
+  DeviceArray,
   policyNames: native.policyNames,
   gc: v8Gc,
 };

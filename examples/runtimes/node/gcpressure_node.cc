@@ -38,6 +38,26 @@ const napi_type_tag k_array_tag = {0x6763707265737375ULL, 0x6e6f646561727279ULL}
 
 namespace {
 
+// Note [Failures are returned; JS throws them]
+// No addon function calls napi_throw. An N-API function that throws leaves
+// the exception in the env's last_exception until the call returns to JS,
+// where Node rethrows it with v8::Isolate::ThrowException, which allocates
+// the exception's message object. A scavenge there runs the arrays' basic
+// finalizers inside the collection (Note [Finalizers run inside V8's
+// collection]) through node_napi_env__::CallFinalizer, which, seeing the
+// still-set last_exception, reports it as uncaught
+// (node::errors::TriggerUncaughtException) and so calls JS inside the GC:
+// V8's fatal check AllowJavascriptExecution::IsAllowed, SIGTRAP. Measured on
+// Node 20.20: 3 of 3 runs of OOMs thrown while dropped arrays await
+// finalization (test_module.js, "OOMs thrown while V8 finalizes arrays");
+// the crash of node_forward_loop_unmanaged once under ctest -j2. So a failing
+// function records its Error in g_failure and returns; the entry wrapper
+// returns that Error as the call's value (JS-side nothing else returns an
+// Error) and gcpressure.js throws it from JS, where no napi exception is
+// pending. An exception raised by JS during a call (none is expected: the
+// options are copied to plain data properties first) is taken the same way.
+napi_ref g_failure = nullptr;
+
 napi_value throw_with(napi_env env, napi_status (*make)(napi_env, napi_value, napi_value, napi_value*),
                       gcpressure_status st, const char* code_text, const char* msg) {
   napi_value code, text, err, num;
@@ -46,7 +66,8 @@ napi_value throw_with(napi_env env, napi_status (*make)(napi_env, napi_value, na
   make(env, code, text, &err);
   napi_create_int32(env, static_cast<int32_t>(st), &num);
   napi_set_named_property(env, err, "status", num);
-  napi_throw(env, err);
+  if (g_failure) napi_delete_reference(env, g_failure);
+  napi_create_reference(env, err, 1, &g_failure);  // Note [Failures are returned; JS throws them]
   return nullptr;
 }
 
@@ -432,6 +453,35 @@ napi_value throw_shutdown(napi_env env, const char* msg) {
   return throw_with(env, napi_create_error, GCPRESSURE_ERR_SHUTDOWN, "GCPRESSURE_ERR_SHUTDOWN", msg);
 }
 
+// The value a JS entry point returns: the recorded failure or pending JS
+// exception if there is one (cleared), else `result`.
+napi_value take_failure(napi_env env, napi_value result) {
+  napi_value err = nullptr;
+  bool pending = false;
+  if (napi_is_exception_pending(env, &pending) == napi_ok && pending) {
+    napi_value ex;
+    bool is_error = false;
+    napi_get_and_clear_last_exception(env, &ex);
+    napi_is_error(env, ex, &is_error);
+    if (is_error) {
+      err = ex;
+    } else {  // a non-Error thrown by JS: boxed, so that the wrapper sees an Error
+      napi_value text;
+      napi_create_string_utf8(env, "gcpressure: a JS value was thrown during the call (see .cause)", NAPI_AUTO_LENGTH,
+                              &text);
+      napi_create_error(env, nullptr, text, &err);
+      napi_set_named_property(env, err, "cause", ex);
+    }
+  }
+  if (g_failure) {
+    napi_value recorded;
+    if (!err && napi_get_reference_value(env, g_failure, &recorded) == napi_ok) err = recorded;
+    napi_delete_reference(env, g_failure);
+    g_failure = nullptr;
+  }
+  return err ? err : result;
+}
+
 bool get_size(napi_env env, napi_value v, const char* what, size_t* out) {
   napi_valuetype t;
   napi_typeof(env, v, &t);
@@ -444,15 +494,19 @@ bool get_size(napi_env env, napi_value v, const char* what, size_t* out) {
   return true;
 }
 
-heap* unwrap_heap(napi_env env, napi_value v) {
+void* unwrap_tagged(napi_env env, napi_value v, const napi_type_tag& tag, const char* not_it) {
   bool tagged = false;
   void* p = nullptr;
   napi_valuetype t;
   napi_typeof(env, v, &t);
-  if (t != napi_object || napi_check_object_type_tag(env, v, &k_heap_tag, &tagged) != napi_ok || !tagged ||
+  if (t != napi_object || napi_check_object_type_tag(env, v, &tag, &tagged) != napi_ok || !tagged ||
       napi_unwrap(env, v, &p) != napi_ok)
-    return throw_type(env, "gcpressure: not a Heap"), nullptr;
-  return static_cast<heap*>(p);
+    return throw_type(env, not_it), nullptr;
+  return p;
+}
+
+heap* unwrap_heap(napi_env env, napi_value v) {
+  return static_cast<heap*>(unwrap_tagged(env, v, k_heap_tag, "gcpressure: not a Heap"));
 }
 
 void heap_unref(heap* h) {
@@ -472,23 +526,23 @@ NAPI_MODULE_INIT() {
     iso->AddGCEpilogueCallback(gc_epilogue);
   }
   const napi_property_descriptor methods[] = {
-      {"array", nullptr, heap_array, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"matmul", nullptr, heap_matmul, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"biasRelu", nullptr, heap_bias_relu, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"iteration", nullptr, heap_iteration, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"synchronize", nullptr, heap_synchronize, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"collectFull", nullptr, heap_collect_full, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"collectMinor", nullptr, heap_collect_minor, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"drain", nullptr, heap_drain, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"stats", nullptr, heap_stats, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"info", nullptr, heap_info, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"close", nullptr, heap_close, nullptr, nullptr, nullptr, napi_default, nullptr},
+      {"array", nullptr, js_entry<heap_array>, nullptr, nullptr, nullptr, napi_default_method, nullptr},
+      {"matmul", nullptr, js_entry<heap_matmul>, nullptr, nullptr, nullptr, napi_default_method, nullptr},
+      {"biasRelu", nullptr, js_entry<heap_bias_relu>, nullptr, nullptr, nullptr, napi_default_method, nullptr},
+      {"iteration", nullptr, js_entry<heap_iteration>, nullptr, nullptr, nullptr, napi_default_method, nullptr},
+      {"synchronize", nullptr, js_entry<heap_synchronize>, nullptr, nullptr, nullptr, napi_default_method, nullptr},
+      {"collectFull", nullptr, js_entry<heap_collect_full>, nullptr, nullptr, nullptr, napi_default_method, nullptr},
+      {"collectMinor", nullptr, js_entry<heap_collect_minor>, nullptr, nullptr, nullptr, napi_default_method, nullptr},
+      {"drain", nullptr, js_entry<heap_drain>, nullptr, nullptr, nullptr, napi_default_method, nullptr},
+      {"stats", nullptr, js_entry<heap_stats>, nullptr, nullptr, nullptr, napi_default_method, nullptr},
+      {"info", nullptr, js_entry<heap_info>, nullptr, nullptr, nullptr, napi_default_method, nullptr},
+      {"close", nullptr, js_entry<heap_close>, nullptr, nullptr, nullptr, napi_default_method, nullptr},
   };
   napi_value cls, names;
-  napi_define_class(env, "Heap", NAPI_AUTO_LENGTH, heap_ctor, nullptr, sizeof methods / sizeof methods[0], methods,
+  napi_define_class(env, "Heap", NAPI_AUTO_LENGTH, js_entry<heap_ctor>, nullptr, sizeof methods / sizeof methods[0], methods,
                     &cls);
   napi_set_named_property(env, exports, "Heap", cls);
-  napi_create_function(env, "policyNames", NAPI_AUTO_LENGTH, policy_names, nullptr, &names);
+  napi_create_function(env, "policyNames", NAPI_AUTO_LENGTH, js_entry<policy_names>, nullptr, &names);
   napi_set_named_property(env, exports, "policyNames", names);
   if (define_array_class(env, exports) != napi_ok) return nullptr;
   return exports;

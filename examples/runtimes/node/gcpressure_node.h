@@ -42,9 +42,18 @@ struct array {
 extern const napi_type_tag k_heap_tag;
 extern const napi_type_tag k_array_tag;
 
-// Throws the C API's failure as a JS Error (Note [Errors]) and returns nullptr.
+// Records the C API's failure as a JS Error, for js_entry to return and
+// gcpressure.js to throw (Note [Errors]); returns nullptr.
 napi_value throw_status(napi_env env, const char* what, gcpressure_status st);
-// Throws TypeError / RangeError with `msg`; returns nullptr.
+// What a JS entry point returns: the failure recorded by throw_* (or a JS
+// exception pending) as an Error value, else `result` (Note [Failures are
+// returned; JS throws them]). Every function the addon exports is js_entry<F>.
+napi_value take_failure(napi_env env, napi_value result);
+template <napi_callback F>
+napi_value js_entry(napi_env env, napi_callback_info info) {
+  return take_failure(env, F(env, info));
+}
+// Record a TypeError / RangeError with `msg` (as throw_status); return nullptr.
 napi_value throw_type(napi_env env, const char* msg);
 napi_value throw_range(napi_env env, const char* msg);
 // Binding-side misuse (double free, use after free) and use after close().
@@ -54,12 +63,14 @@ napi_value throw_shutdown(napi_env env, const char* msg);
 bool get_size(napi_env env, napi_value v, const char* what, size_t* out);
 // The heap / array behind `v` (type-tagged; throws TypeError otherwise).
 heap* unwrap_heap(napi_env env, napi_value v);
+// The native object behind a value tagged `tag` (records TypeError `not_it` otherwise).
+void* unwrap_tagged(napi_env env, napi_value v, const napi_type_tag& tag, const char* not_it);
 array* unwrap_array(napi_env env, napi_value v, bool must_be_live = true);
 void heap_unref(heap* h);
 
 // node_array.cc
 napi_status define_array_class(napi_env env, napi_value exports);
-// A new array of n floats on h (throws and returns nullptr on failure).
+// A new array of n floats on h (records the failure, returns nullptr).
 napi_value new_array(napi_env env, heap* h, size_t n);
 napi_value heap_matmul(napi_env env, napi_callback_info info);
 napi_value heap_bias_relu(napi_env env, napi_callback_info info);

@@ -104,32 +104,42 @@ bool get_number(napi_env env, napi_value v, const char* what, double* out) {
   return true;
 }
 
+// The live array `this` of a.fill / a.fillRandom and its N number arguments
+// (nullptr, failure recorded, when any is missing or not a number).
+template <size_t N>
+array* this_array_numbers(napi_env env, napi_callback_info info, const char* what, const char* const (&names)[N],
+                          double (&out)[N], napi_value* self) {
+  size_t argc = N;
+  napi_value argv[N];
+  napi_get_cb_info(env, info, &argc, argv, self, nullptr);
+  array* a = unwrap_array(env, *self);
+  if (!a) return nullptr;
+  if (argc < N) return throw_type(env, (std::string("gcpressure: ") + what + ": arguments missing").c_str()), nullptr;
+  for (size_t i = 0; i < N; ++i)
+    if (!get_number(env, argv[i], names[i], &out[i])) return nullptr;
+  return a;
+}
+
 // a.fill(v) -> a
 napi_value array_fill(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1], self;
-  napi_get_cb_info(env, info, &argc, argv, &self, nullptr);
-  array* a = unwrap_array(env, self);
-  double v;
+  static const char* const names[] = {"a.fill(v): v"};
+  double v[1];
+  napi_value self;
+  array* a = this_array_numbers(env, info, "a.fill(v)", names, v, &self);
   if (!a) return nullptr;
-  if (argc < 1) return throw_type(env, "gcpressure: a.fill(v): v is missing");
-  if (!get_number(env, argv[0], "a.fill(v): v", &v)) return nullptr;
   float* x = static_cast<float*>(a->ptr_);
-  for (size_t i = 0; i < a->n_; ++i) x[i] = static_cast<float>(v);
+  for (size_t i = 0; i < a->n_; ++i) x[i] = static_cast<float>(v[0]);
   return self;
 }
 
 // a.fillRandom(seed, scale) -> a: uniform in [-scale, scale) (xorshift, as the Lua module)
 napi_value array_fill_random(napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value argv[2], self;
-  napi_get_cb_info(env, info, &argc, argv, &self, nullptr);
-  array* a = unwrap_array(env, self);
-  double seed, scale;
+  static const char* const names[] = {"a.fillRandom: seed", "a.fillRandom: scale"};
+  double v[2];
+  napi_value self;
+  array* a = this_array_numbers(env, info, "a.fillRandom(seed, scale)", names, v, &self);
   if (!a) return nullptr;
-  if (argc < 2) return throw_type(env, "gcpressure: a.fillRandom(seed, scale): two numbers");
-  if (!get_number(env, argv[0], "a.fillRandom: seed", &seed) || !get_number(env, argv[1], "a.fillRandom: scale", &scale))
-    return nullptr;
+  const double seed = v[0], scale = v[1];
   uint64_t s = static_cast<uint64_t>(seed) * 0x9e3779b97f4a7c15ULL + 1;
   float* x = static_cast<float*>(a->ptr_);
   for (size_t i = 0; i < a->n_; ++i) {
@@ -195,14 +205,8 @@ bool get_operands(napi_env env, napi_callback_info info, const char* what, opera
 }  // namespace
 
 array* unwrap_array(napi_env env, napi_value v, bool must_be_live) {
-  bool tagged = false;
-  void* p = nullptr;
-  napi_valuetype t;
-  napi_typeof(env, v, &t);
-  if (t != napi_object || napi_check_object_type_tag(env, v, &k_array_tag, &tagged) != napi_ok || !tagged ||
-      napi_unwrap(env, v, &p) != napi_ok)
-    return throw_type(env, "gcpressure: not a DeviceArray"), nullptr;
-  array* a = static_cast<array*>(p);
+  array* a = static_cast<array*>(unwrap_tagged(env, v, k_array_tag, "gcpressure: not a DeviceArray"));
+  if (!a) return nullptr;
   if (must_be_live && !a->ptr_) {
     return throw_misuse(env, "gcpressure: misuse: array used after free"), nullptr;
   }
@@ -281,15 +285,15 @@ napi_value heap_bias_relu(napi_env env, napi_callback_info info) {
 
 napi_status define_array_class(napi_env env, napi_value exports) {
   const napi_property_descriptor props[] = {
-      {"free", nullptr, array_free, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"isLive", nullptr, array_is_live, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"fill", nullptr, array_fill, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"fillRandom", nullptr, array_fill_random, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"sum", nullptr, array_sum, nullptr, nullptr, nullptr, napi_default, nullptr},
-      {"length", nullptr, nullptr, array_length, nullptr, nullptr, napi_default, nullptr},
+      {"free", nullptr, js_entry<array_free>, nullptr, nullptr, nullptr, napi_default_method, nullptr},
+      {"isLive", nullptr, js_entry<array_is_live>, nullptr, nullptr, nullptr, napi_default_method, nullptr},
+      {"fill", nullptr, js_entry<array_fill>, nullptr, nullptr, nullptr, napi_default_method, nullptr},
+      {"fillRandom", nullptr, js_entry<array_fill_random>, nullptr, nullptr, nullptr, napi_default_method, nullptr},
+      {"sum", nullptr, js_entry<array_sum>, nullptr, nullptr, nullptr, napi_default_method, nullptr},
+      {"length", nullptr, nullptr, js_entry<array_length>, nullptr, nullptr, napi_configurable, nullptr},
   };
   napi_value cls, token;
-  napi_status s = napi_define_class(env, "DeviceArray", NAPI_AUTO_LENGTH, array_ctor, nullptr,
+  napi_status s = napi_define_class(env, "DeviceArray", NAPI_AUTO_LENGTH, js_entry<array_ctor>, nullptr,
                                     sizeof props / sizeof props[0], props, &cls);
   if (s != napi_ok) return s;
   napi_create_object(env, &token);

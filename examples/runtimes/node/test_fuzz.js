@@ -58,6 +58,8 @@ const ops = [
   () => pick([gp.Heap.prototype.array, gp.Heap.prototype.stats, gp.DeviceArray.prototype.sum]).call(pick(junk), 4),
   () => gp.open(pick([{policy: 'nope'}, {hard_limit: pick(junk)}, {backend: 'tape'}, {x: 1}, 5])).close(),
   () => new gp.DeviceArray(pick(junk)),
+  // Past the limit with garbage awaiting V8: OOMs thrown while scavenges run finalizers.
+  () => { for (let k = 0; k < 96; ++k) heap.array(65536); },
 ];
 
 function call(f) {
