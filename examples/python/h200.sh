@@ -19,17 +19,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 LIB=${1:?usage: h200.sh path/to/libgcpressure_torch.so}
 OUT=${OUT:-$PWD/python-results}
 mkdir -p "$OUT"
-export GCPRESSURE_TORCH_LIB=$(cd "$(dirname "$LIB")" && pwd)/$(basename "$LIB")
-# tests/h200_compat: numpy.row_stack for numba-cuda's compiler there (its sitecustomize.py says
-# why); on PYTHONPATH for every run, with and without gcpressure alike.
-export PYTHONPATH=$HERE:$HERE/tests/h200_compat${PYTHONPATH:+:$PYTHONPATH} PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
-PY=${PYTHON:-}
-if [ -z "$PY" ]; then
-  for cand in python3 /opt/torch/.venv/bin/python3 /opt/*/.venv/bin/python3 /opt/*/bin/python3; do
-    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c "import cupy, numba.cuda" >/dev/null 2>&1; then PY=$cand; break; fi
-  done
-fi
-PY=${PY:-python3}
+. "$HERE/gpu_env.sh"
 fails=0
 # Memory-heavy cudapy modules (arrays, ufuncs on arrays, streams, threads, interop).
 CUDAPY_SUBSET=${CUDAPY_SUBSET:-"test_array test_array_args test_array_methods test_array_reductions test_cuda_array_interface

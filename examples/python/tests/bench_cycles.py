@@ -19,6 +19,9 @@ Variants (every iteration fills its new arrays on the device):
                        live set is counted exactly every iteration
   acyclic_64           c2_64 without the cycle (refcounting frees): the time
                        per iteration of the fast path
+  hinted_c2_64         diagnostic, not a target (it changes the workload): c2_64
+                       with gcpressure's iteration() hint after every iteration
+                       (the policy then knows the device's lag); --mode own: c2_64
   pair                 alloc + free of 1 MiB from Python, 20000 times
                        (CuPy: cupy.cuda.alloc and cupy.empty; Numba:
                        cuda.device_array)
@@ -48,7 +51,7 @@ p.add_argument("--scale", type=float, default=1.0, help="iteration counts times 
 args = p.parse_args()
 LIMIT = int(args.limit_gib * (1 << 30))
 ITERS = {"c2_4": 3000, "c2_64": 300, "c2_512": 48, "c100_8x8": 150, "thread_c2_64": 150, "ring": 300,
-         "acyclic_64": 300}
+         "acyclic_64": 300, "hinted_c2_64": 300}
 
 
 class Node:
@@ -177,10 +180,13 @@ class NumbaSide:
 
 # --- the variants -------------------------------------------------------------------
 
-def loop_c2(fw, mib, iters, cyclic=True, sample=True, state=None):
+def loop_c2(fw, mib, iters, cyclic=True, sample=True, state=None, hint=False):
     """One array of `mib` per iteration in a 2-object cycle."""
     st = state if state is not None else {"peak": 0, "ooms": 0, "oom": None}
+    hint_fn = fw.g.iteration if hint and fw.mode == "gcpressure" else None
     for i in range(iters):
+        if hint_fn is not None:
+            hint_fn()
         try:
             a, b = Node(), Node()
             a.peer, b.peer = b, a
@@ -263,6 +269,9 @@ def run_variant(fw, v, rep):
     elif v == "ring":
         st = loop_ring(fw, iters)
         live = st.pop("live_max")
+    elif v == "hinted_c2_64":
+        st = loop_c2(fw, 64, iters, hint=True)
+        live = 64 * MiB
     elif v == "acyclic_64":
         st = loop_c2(fw, 64, iters, cyclic=False, sample=False)
         live = 64 * MiB

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""numba-cuda's own tests, with or without gcpressure.numba (issue 22: select
+the plug-in with NUMBA_CUDA_MEMORY_MANAGER=gcpressure.numba), as one JSON line.
+
+Where the tests live depends on how Numba-CUDA is installed: the numba-cuda
+wheel puts its code in numba_cuda/numba/cuda and redirects `numba.cuda` to it,
+so its tests are `numba.cuda.tests` (through the redirect) or
+`numba_cuda.numba.cuda.tests`; some releases leave the tests out of the wheel.
+Each module is looked up under every candidate root. A module found nowhere
+is a visible skip ("missing"), one that is found but fails to import is an
+import error with its traceback's tail (the H200 run of 2026-12-02 lost that
+log), and the rest run under unittest in this process.
+
+    python3 numba_suite.py [--modules cudadrv.test_emm_plugins,...] [--all-of cudadrv]
+Exit status: 0 when every found module imported and its tests passed, 1
+otherwise, 77 when Numba-CUDA or its tests are not there at all.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import pkgutil
+import sys
+import time
+import traceback
+import unittest
+
+ROOTS = ("numba.cuda.tests", "numba_cuda.numba.cuda.tests")
+# Memory-heavy modules: allocation, deallocation, the EMM interface, streams, arrays.
+DEFAULT = ("cudadrv.test_emm_plugins,cudadrv.test_cuda_memory,cudadrv.test_deallocations,cudadrv.test_cuda_ndarray,"
+           "cudadrv.test_streams,cudapy.test_array,cudapy.test_sync")
+SKIP = 77
+
+
+def find_spec(name: str):
+    try:
+        return importlib.util.find_spec(name)
+    except (ImportError, ValueError, AttributeError):
+        return None
+
+
+def locate(mod: str):
+    """The first root under which `mod` exists (its full name), or None."""
+    for root in ROOTS:
+        if find_spec(root) is not None and find_spec(f"{root}.{mod}") is not None:
+            return f"{root}.{mod}"
+    return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--modules", default=DEFAULT)
+    ap.add_argument("--all-of", default="", help="every test_* module of these groups (e.g. cudadrv,cudapy)")
+    a = ap.parse_args()
+    out = {"test": "numba_suite", "memory_manager": os.environ.get("NUMBA_CUDA_MEMORY_MANAGER", "default")}
+    try:
+        from numba import cuda
+        out["numba_cuda_file"] = cuda.__file__
+        import numba
+        out["numba"] = numba.__version__
+    except Exception as e:  # noqa: BLE001
+        out["skipped"] = f"numba.cuda does not import: {e.__class__.__name__}: {e}"
+        print(json.dumps(out), flush=True)
+        return SKIP
+    out["roots"] = {r: find_spec(r) is not None for r in ROOTS}
+    mods = [m for m in a.modules.split(",") if m]
+    for grp in filter(None, a.all_of.split(",")):
+        for root in ROOTS:
+            spec = find_spec(f"{root}.{grp}")
+            if spec is not None and spec.submodule_search_locations:
+                mods += [f"{grp}.{m.name}" for m in pkgutil.iter_modules(spec.submodule_search_locations)
+                         if m.name.startswith("test_")]
+                break
+    suite = unittest.TestSuite()
+    out["missing"], out["import_errors"], out["modules"] = [], {}, []
+    for m in dict.fromkeys(mods):
+        full = locate(m)
+        if full is None:
+            out["missing"].append(m)
+            continue
+        try:
+            suite.addTests(unittest.defaultTestLoader.loadTestsFromModule(importlib.import_module(full)))
+            out["modules"].append(full)
+        except Exception:  # noqa: BLE001
+            out["import_errors"][m] = traceback.format_exc()[-1500:]
+    if not out["modules"] and not out["import_errors"]:
+        out["skipped"] = f"none of the test modules is installed (looked under {', '.join(ROOTS)})"
+        print(json.dumps(out), flush=True)
+        return SKIP
+    t0 = time.monotonic()
+    r = unittest.TextTestRunner(stream=sys.stderr, verbosity=1).run(suite)
+    out.update(seconds=round(time.monotonic() - t0, 1), ran=r.testsRun, failures=len(r.failures),
+               errors=len(r.errors), skipped_tests=len(r.skipped), expected_failures=len(r.expectedFailures),
+               failed_names=[str(t) for t, _ in r.failures + r.errors][:40])
+    if "NUMBA_CUDA_MEMORY_MANAGER" in os.environ:
+        try:
+            mm = type(cuda.current_context().memory_manager).__name__
+            out["manager_in_use"] = mm
+        except Exception as e:  # noqa: BLE001
+            out["manager_in_use"] = f"? {e}"
+    print(json.dumps(out), flush=True)
+    return 0 if r.wasSuccessful() and not out["import_errors"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
