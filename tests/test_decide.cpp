@@ -69,57 +69,6 @@ TEST(Decide, APauseThatFitsInTheLagNeedsOnlyTheMinimum) {
   EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
 }
 
-// Note [Free minors wait for the hint]: at an allocation a free minor also
-// waits for a stretch's young bytes (the young bytes between two hints);
-// the hint itself collects at the minimum. Without hints (stretch 0) an
-// allocation collects at the minimum too.
-TEST(Decide, AFreeMinorAtAnAllocationWaitsForAStretch) {
-  const d::pressure_tuning t;
-  auto s = base(d::pressure_event::allocation);
-  s.lag = 10 * ms;
-  s.dev.stretch = 256.0 * MiB;
-  s.dev.young = 16 * MiB;  // one layer into the iteration after the hint's minor
-  auto r = d::decide(s, t);
-  EXPECT_TRUE(r.hidden);
-  EXPECT_EQ(r.threshold, 256 * MiB);
-  EXPECT_EQ(r.action, d::pressure_action::none);
-  s.dev.young = 257 * MiB;  // more than a stretch: the hint did not collect
-  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::minor);
-  auto h = base(d::pressure_event::hint);
-  h.lag = 10 * ms;
-  h.dev.stretch = 256.0 * MiB;
-  h.dev.young = 16 * MiB;
-  EXPECT_EQ(d::decide(h, t).threshold, t.min_young_bytes);
-  EXPECT_EQ(d::decide(h, t).action, d::pressure_action::minor);
-  s.dev.stretch = 0;
-  s.dev.young = 16 * MiB;
-  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::minor);
-  // The fast path's bound is the allocation's threshold at any lag.
-  EXPECT_EQ(d::fast_young_bound(s.dev, true, s.pause, true, t), t.min_young_bytes);
-  s.dev.stretch = 256.0 * MiB;
-  EXPECT_EQ(d::fast_young_bound(s.dev, true, s.pause, true, t), 256 * MiB);
-}
-
-// Note [Exposure the model missed]: a pause the lag covers, but minors of
-// this kind measured 2 ms exposed beyond their prediction: not free, and the
-// budget prices the 2 ms (40 GiB/s x 2 ms / 0.05 = 1.6 GiB); a negative miss
-// (minors predicted exposed that were hidden) makes an exposed pause free.
-TEST(Decide, ExposureTheModelMissedIsAddedToThePrediction) {
-  const d::pressure_tuning t;
-  auto s = base(d::pressure_event::sync);
-  s.dev.floor = 0;
-  s.lag = 10 * ms;
-  s.missed = 2 * ms;
-  auto r = d::decide(s, t);
-  EXPECT_FALSE(r.hidden);
-  EXPECT_NEAR(gib(r.threshold), 1.6, 1e-6);
-  s.lag = 5 * ms;  // 1 ms predicted + 2 ms missed
-  EXPECT_NEAR(gib(d::decide(s, t).threshold), 2.4, 1e-6);
-  s.missed = -1.5 * ms;  // predicted 1 ms, measured none
-  EXPECT_TRUE(d::decide(s, t).hidden);
-  EXPECT_EQ(d::decide(s, t).threshold, t.min_young_bytes);
-}
-
 // Only the exposed part is charged: 6 ms against 5 ms of lag exposes 1 ms,
 // so the threshold is rate x 1 ms / budget (0.8 GiB), under growth x floor
 // (1 GiB), which an exposed collection still waits for.

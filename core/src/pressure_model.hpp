@@ -34,28 +34,6 @@ namespace detail {
 // (CPU-bound loops) the rule is the budget rule: rate x P / gc_budget.
 // The allocation fast path's bounds are this threshold at the best lag the
 // device can have, and the headroom bounds below (fast_bounds).
-//
-// Note [Free minors wait for the hint]
-// A minor promotes every young object alive when it runs; in Boehm's
-// generational mode only a whole-heap cycle frees those objects again. In a
-// loop with iteration hints the temporaries are dead at the hint and alive
-// in between, so a free minor at an allocation (one iteration's first
-// layer, right after the hint's minor) reclaims nothing and promotes the
-// layer's arrays: measured on the H200 (2026-12-02, heap 256 MiB, sync
-// every 8) 529 minors, half of them at allocations with 16 MiB young,
-// each promoting 16 MiB, 4.66 GiB of promoted garbage by the end of 320
-// iterations and a peak of 9.9x the oracle's. So at an allocation a free
-// minor also waits for a stretch's young bytes (as many as come between two
-// hints): the hint collects first whenever the loop reaches it.
-//
-// Note [Exposure the model missed]
-// The predicted exposure (pause - lag) is a model: the pause is fitted, the
-// lag a lower bound, a sliced minor's slices overrun the slack they were
-// given. Each minor measures what it exposed (Note [Exposed GC time]); the
-// part the prediction missed, smoothed per kind of event (syncs; hints and
-// allocations), is added to the next prediction of that kind. Measured on
-// the H200 (heap 1 GiB, sync every iteration): sliced minors at syncs
-// assumed hidden exposed 1.28 s of 2.0 s of wall (64%) before this.
 struct pressure_tuning {
   double gc_budget = 0.05;               // exposed GC seconds / wall seconds
   std::size_t min_young_bytes = std::size_t{1} << 20;
@@ -71,7 +49,6 @@ struct pressure_tuning {
   double max_full_backoff = 64;          // a cycle that finds little doubles the next one's need, up to this
   double smoothing = 0.25;               // weight of a new sample in every learned average
   double refresh_seconds = 0.1;          // devices' free memory is read at most this often
-  double rate_window = 0.2;              // Note [The allocation rate is a wall-clock rate]: its memory, seconds
   double sync_fit_share = 0.5;           // a whole minor at a sync where it fits in this share of the slack
                                          // (collectors that can slice a minor; 1.0 otherwise)
   static pressure_tuning from(const policy_options& o) {
@@ -108,7 +85,6 @@ struct pressure_snapshot {
   bool cost_known = false;
   double pause = 0;                 // predicted pause of a minor now (cost model)
   double lag = 0;                   // device seconds queued ahead of the host (a lower bound)
-  double missed = 0;                // Note [Exposure the model missed]: for minors at this event's kind
   double exposed = 0, wall = 0;     // the policy's exposed GC seconds so far, wall seconds
   int headroom_collections = 0;     // this iteration's (Note [No collection storms])
   bool cycle = false, minor_cycle = false;  // a sliced cycle is in progress (and it is a minor)
@@ -156,21 +132,16 @@ inline double headroom(const device_snapshot& d, const pressure_tuning& t) {
 
 // The exposed part of a pause of `pause` seconds against `lag` seconds of
 // queued device work.
-// (plus what such predictions missed: Note [Exposure the model missed]).
-inline double exposed_part(double pause, double lag, double missed = 0) {
-  return std::max(0.0, std::max(0.0, pause - std::max(0.0, lag)) + missed);
-}
+inline double exposed_part(double pause, double lag) { return std::max(0.0, pause - std::max(0.0, lag)); }
 
 // Note [One decision over an explicit model]: the young bytes at which a
-// minor with this pause and lag is worth its cost; at an allocation a free
-// one also waits for a stretch (Note [Free minors wait for the hint]).
+// minor with this pause and lag is worth its cost.
 inline std::size_t young_threshold(const device_snapshot& d, bool cost_known, double pause, double lag,
-                                   const pressure_tuning& t, double missed = 0, bool at_allocation = false) {
-  const double exposed = cost_known ? exposed_part(pause, lag, missed) : 0;
+                                   const pressure_tuning& t) {
+  const double exposed = cost_known ? exposed_part(pause, lag) : 0;
   const bool free = cost_known && exposed <= 0;
   const double min_young = static_cast<double>(t.min_young_bytes);
-  const double free_floor = at_allocation ? std::max(min_young, d.stretch) : min_young;
-  const double floor = free ? free_floor : std::max(t.growth * static_cast<double>(d.floor), min_young);
+  const double floor = free ? min_young : std::max(t.growth * static_cast<double>(d.floor), min_young);
   const double time = d.rate * exposed / t.gc_budget;
   const double b = std::max(floor, time) / std::clamp(d.yield, t.min_yield, 1.0) * d.futile;
   return static_cast<std::size_t>(std::min(b, headroom(d, t)));
@@ -179,7 +150,7 @@ inline std::size_t young_threshold(const device_snapshot& d, bool cost_known, do
 // The lag a decision may count on: all of it while the exposed budget
 // allows the exposed part, none (the budget rule) once it does not.
 inline double usable_lag(const pressure_snapshot& s, const pressure_tuning& t) {
-  const double exposed = s.cost_known ? exposed_part(s.pause, s.lag, s.missed) : 0;
+  const double exposed = s.cost_known ? exposed_part(s.pause, s.lag) : 0;
   if (exposed <= 0 || s.wall <= 0) return s.lag;
   return (s.exposed + exposed) / s.wall > t.gc_budget ? 0 : s.lag;
 }
@@ -189,9 +160,8 @@ inline pressure_decision decide(const pressure_snapshot& s, const pressure_tunin
   pressure_decision r;
   const device_snapshot& d = s.dev;
   const double lag = usable_lag(s, t);
-  const bool at_allocation = s.event == pressure_event::allocation;
-  r.threshold = young_threshold(d, s.cost_known, s.pause, lag, t, s.missed, at_allocation);
-  r.hidden = s.cost_known && lag > 0 && exposed_part(s.pause, lag, s.missed) <= 0;
+  r.threshold = young_threshold(d, s.cost_known, s.pause, lag, t);
+  r.hidden = s.cost_known && lag > 0 && exposed_part(s.pause, lag) <= 0;
   const bool due = d.young >= r.threshold;
   const bool over = over_headroom(d, t);
   const double exposed_share = s.wall > 0 ? s.exposed / s.wall : 0;
@@ -199,7 +169,7 @@ inline pressure_decision decide(const pressure_snapshot& s, const pressure_tunin
     // A sliced cycle: finished at once when memory is needed now, else a
     // whole-heap cycle advances paced by the exposed budget (or in the
     // device's time at a sync); a sliced minor waits for syncs.
-    const std::size_t no_lag = young_threshold(d, s.cost_known, s.pause, 0, t, s.missed);
+    const std::size_t no_lag = young_threshold(d, s.cost_known, s.pause, 0, t);
     const bool paced = !s.minor_cycle && exposed_share < t.gc_budget;
     if (s.event == pressure_event::sync) r.action = pressure_action::step_cycle;
     else if (s.event == pressure_event::allocation && (d.young >= no_lag || over))
@@ -220,7 +190,7 @@ inline pressure_decision decide(const pressure_snapshot& s, const pressure_tunin
       // collection comes where few temporaries are alive; a loop that syncs
       // at its hints gets that collection at the sync instead, where the
       // device hides it (Note [Quiet moments defer to syncs]).
-      const std::size_t no_lag = young_threshold(d, s.cost_known, s.pause, 0, t, s.missed);
+      const std::size_t no_lag = young_threshold(d, s.cost_known, s.pause, 0, t);
       const double y = static_cast<double>(d.young);
       const bool quiet = !s.syncing && y >= t.quiet_fraction * static_cast<double>(no_lag) &&
                          y + d.stretch >= static_cast<double>(no_lag) && d.young >= t.min_young_bytes / 2;
@@ -235,13 +205,12 @@ inline pressure_decision decide(const pressure_snapshot& s, const pressure_tunin
 }
 
 // The fast path's young bound (Note [The allocation fast path]): the
-// lowest threshold any lag the device can have now gives an allocation, so
-// that no allocation below it could be due.
+// lowest threshold any lag the device can have now gives, so that no
+// allocation below it could be due.
 inline std::size_t fast_young_bound(const device_snapshot& d, bool cost_known, double pause, bool lag_possible,
-                                    const pressure_tuning& t, double missed = 0) {
+                                    const pressure_tuning& t) {
   // The threshold falls as the lag grows: its lowest is at any lag.
-  return young_threshold(d, cost_known, pause, lag_possible ? std::numeric_limits<double>::infinity() : 0, t,
-                         missed, true);
+  return young_threshold(d, cost_known, pause, lag_possible ? std::numeric_limits<double>::infinity() : 0, t);
 }
 
 }  // namespace detail

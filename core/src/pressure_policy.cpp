@@ -69,7 +69,6 @@
 // headroom bounds the stretch: memory that is needed is collected.
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <vector>
@@ -98,8 +97,6 @@ using detail::pressure_event;
 struct device_state {
   // Guarded by collect_mu_.
   double rate = 0, yield = 1.0;  // young bytes per second; share of young bytes gone at a collection
-  double rate_bytes = 0;         // Note [The allocation rate is a wall-clock rate]: decayed young bytes
-  bool active = false;           // brought young bytes to the last collection
   std::size_t live_after = 0, old = 0, floor = 0;  // Note [Generations of device bytes]
   double stretch = 0;            // Note [Quiet moments]: bytes per stretch between hints
   std::size_t young_at_quiet = 0, collected_since_quiet = 0;
@@ -158,7 +155,7 @@ class pressure_policy final : public gc_policy {
       if (opts_.verbose) explain_early(snap, dec);
       for (std::size_t j = 0; j < device_count(); ++j) dev_[j].collected_since_quiet += device(j).since_mark();
       if (dec.headroom) ++headroom_collections_;
-      begin_minor(false, detail::exposed_part(snap.pause, snap.lag));
+      begin_minor();
       const outcome o = run_collection(gc_kind::minor, gc_reason::early);
       // Note [No collection storms]: a headroom collection that found little
       // on this device doubles the young bytes the next one needs there.
@@ -261,10 +258,9 @@ class pressure_policy final : public gc_policy {
     s.dev.stretch = d.stretch;
     s.cost_known = minor_cost_.known();
     s.pause = s.cost_known ? minor_cost_.predict(static_cast<double>(young_all() + bytes)) : 0;
-    s.lag = event == pressure_event::sync ? sync_lag() : 0;
+    s.lag = event == pressure_event::sync ? sync_lag(s.pause) : 0;
     const double t = now();
     for (std::size_t j = 0; j < device_count(); ++j) s.lag = std::max(s.lag, dev_[j].lag.lag(t));
-    s.missed = missed_[event == pressure_event::sync];
     s.exposed = own_exposed_seconds();
     s.wall = wall_seconds();
     s.headroom_collections = headroom_collections_;
@@ -274,13 +270,13 @@ class pressure_policy final : public gc_policy {
     return s;
   }
 
-  // The lag at a sync: the slack; a collector that slices its minors is
-  // modelled as hiding them whatever their length (Note [Sliced cycles]).
-  // What minors run there measure exposed corrects both (Note [Exposure the
-  // model missed]).
-  double sync_lag() const {
+  // The lag at a sync: the slack, or what minors run at syncs measured
+  // exposed there (Note [Exposed GC time]); a collector that slices its
+  // minors hides them whatever their length (Note [Sliced cycles]).
+  double sync_lag(double pause) const {
     if (gc_.has_incremental_minor()) return std::numeric_limits<double>::infinity();
-    return slack_estimate();
+    if (minor_exposed_samples_ == 0) return slack_estimate();
+    return std::max(0.0, pause - minor_exposed_);
   }
 
   // An iteration hint or a quiet moment that will not block.
@@ -292,12 +288,9 @@ class pressure_policy final : public gc_policy {
     syncing_ = syncs != syncs_at_quiet_;
     syncs_at_quiet_ = syncs;
     bool minor = false, step = false;
-    double predicted = 0;
     for (std::size_t i = 0; i < device_count(); ++i) {
       learn_stretch(i);
-      const detail::pressure_snapshot snap = snapshot(i, pressure_event::hint, 0);
-      const detail::pressure_decision dec = detail::decide(snap, tuning_);
-      if (dec.action == pressure_action::minor && !minor) predicted = detail::exposed_part(snap.pause, snap.lag);
+      const detail::pressure_decision dec = detail::decide(snapshot(i, pressure_event::hint, 0), tuning_);
       minor = minor || dec.action == pressure_action::minor;
       step = step || dec.action == pressure_action::step_cycle;
     }
@@ -310,7 +303,7 @@ class pressure_policy final : public gc_policy {
       outcome o;
       if (step_full_cycle(gc_reason::quiet_moment, &o)) learn_full(o);
     } else {
-      begin_minor(false, predicted);
+      begin_minor();
       finish_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment), gc_reason::quiet_moment);
     }
     probe.rethrow();
@@ -334,14 +327,14 @@ class pressure_policy final : public gc_policy {
           minor_cost_.known() && minor_cost_.predict(static_cast<double>(young_all())) <= share * slack_estimate();
       if (!gc_.has_incremental_minor() || fits) {
         if (!room() && minor_cost_.known()) return;
-        begin_minor(true, sync_exposure());
+        begin_minor(true);
         finish_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment), gc_reason::quiet_moment);
         if (!cycle_active()) return;
       }
     }
     while (room()) {
       const gc_kind k = minor_cycle_active() || !cycle_active() ? gc_kind::minor : gc_kind::incremental_full;
-      if (!cycle_active()) begin_minor(true, sync_exposure());
+      if (!cycle_active()) begin_minor(true);
       outcome o;
       if (!step_cycle(k, gc_reason::quiet_moment, &o)) continue;
       if (k == gc_kind::minor) finish_minor(o, gc_reason::quiet_moment);
@@ -385,13 +378,12 @@ class pressure_policy final : public gc_policy {
       v.rate = d.rate;
       v.yield = d.yield;
       v.futile = d.futile;
-      v.stretch = d.stretch;
       const detail::headroom_bounds b = detail::fast_bounds(v, tuning_);
       d.fast_live.store(b.live, std::memory_order_relaxed);
       d.fast_reserved.store(b.reserved, std::memory_order_relaxed);
       bool lag_possible = false;
       for (std::size_t j = 0; j < device_count(); ++j) lag_possible = lag_possible || dev_[j].lag.possible();
-      const std::size_t young = detail::fast_young_bound(v, known, pause, lag_possible, tuning_, missed_[0]);
+      const std::size_t young = detail::fast_young_bound(v, known, pause, lag_possible, tuning_);
       d.fast_young.store(std::max<std::size_t>(young, 1), std::memory_order_relaxed);
     }
   }
@@ -449,57 +441,30 @@ class pressure_policy final : public gc_policy {
     d.collected_since_quiet = 0;
   }
 
-  // Note [The allocation rate is a wall-clock rate]
-  // The rate prices a collection's exposed time (rate x exposed / budget) and
-  // the young bytes a whole-heap cycle holds up (rate x its wall time): both
-  // are over wall time, sync waits included. Sampled between two
-  // collections, it was the host's burst rate when collections bunch up at
-  // the hints of a loop that runs ahead of the device: on the H200 (sync
-  // every 8) 467 GiB/s against 46 GiB/s over the run, which priced every
-  // whole-heap cycle out (none ran in 320 iterations while 4.66 GiB of
-  // promoted garbage built up). So the rate is young bytes over seconds
-  // outside collections, both summed with weights that decay over
-  // rate_window seconds: a burst and the wait after it count together.
   void learn_rate(const outcome& o) {
-    const double interval = std::max(0.0, now() - last_end_ - o.seconds);
-    last_end_ = now();
-    const double keep = std::exp(-interval / tuning_.rate_window);
-    rate_seconds_ = rate_seconds_ * keep + interval;
+    const double interval = now() - last_end_ - o.seconds;
     for (std::size_t i = 0; i < o.devices.size(); ++i) {
       device_state& d = dev_[i];
-      d.rate_bytes = d.rate_bytes * keep + static_cast<double>(o.devices[i].young_before);
-      d.active = o.devices[i].young_before > 0;
-      if (rate_seconds_ > 0 && d.rate_bytes > 0) d.rate = d.rate_bytes / rate_seconds_;
+      if (interval <= 0 || o.devices[i].young_before == 0) continue;
+      d.rate = smooth(d.rate, static_cast<double>(o.devices[i].young_before) / interval);
     }
+    last_end_ = now();
   }
 
-  // The model's exposure of a minor at a sync now (Note [Exposure the model
-  // missed]: before the correction).
-  double sync_exposure() const {
-    return minor_cost_.known() ? detail::exposed_part(minor_cost_.predict(static_cast<double>(young_all())), sync_lag())
-                               : 0;
-  }
-
-  // The exposed seconds of the minor that starts now are measured from here
-  // against `predicted`, the model's exposure for it (Note [Exposure the
-  // model missed]); a sliced minor is measured over all its slices. A minor
-  // begun with no cost known teaches nothing.
-  void begin_minor(bool at_sync = false, double predicted = -1) {
+  // The exposed seconds of the minor that starts now are measured from here;
+  // only minors run at syncs teach the sync's lag what they expose.
+  void begin_minor(bool at_sync = false) {
     exposed_at_minor_start_ = own_exposed_seconds();
     minor_at_sync_ = at_sync;
-    minor_predicted_ = minor_cost_.known() ? predicted : -1;
   }
 
   void learn_minor(const outcome& o) {
     learn_rate(o);
-    if (minor_predicted_ >= 0) {
+    if (minor_at_sync_) {
       const double exposed = std::max(0.0, own_exposed_seconds() - exposed_at_minor_start_);
-      double& m = missed_[minor_at_sync_];
-      const double sample = exposed - minor_predicted_;
-      m = missed_samples_[minor_at_sync_]++ ? (1 - tuning_.smoothing) * m + tuning_.smoothing * sample : sample;
+      minor_exposed_ = minor_exposed_samples_++ ? smooth(minor_exposed_, exposed) : exposed;
+      minor_at_sync_ = false;
     }
-    minor_at_sync_ = false;
-    minor_predicted_ = -1;
     minor_cost_.add(static_cast<double>(o.young_before), o.seconds);
     for (std::size_t i = 0; i < o.devices.size(); ++i) {
       device_state& d = dev_[i];
@@ -571,7 +536,7 @@ class pressure_policy final : public gc_policy {
       if (d.futile > 1 && !pressing(i)) continue;
       // Garbage on a device nobody allocates from costs nothing until its
       // memory is needed: an idle device asks for a cycle only when pressed.
-      if (!d.active && !pressing(i)) continue;
+      if (d.rate <= 0 && !pressing(i)) continue;
       // The minor's threshold where this loop's minors run: at syncs (their
       // lag) when it syncs, else at allocations.
       const detail::pressure_snapshot s =
@@ -614,12 +579,9 @@ class pressure_policy final : public gc_policy {
   const detail::pressure_tuning tuning_;
   std::unique_ptr<device_state[]> dev_;  // one per device (capacity: add_device)
   detail::cost_model minor_cost_;
-  // Note [Exposure the model missed]: [0] hints and allocations, [1] syncs.
-  double missed_[2] = {0, 0};
-  std::uint64_t missed_samples_[2] = {0, 0};
-  double exposed_at_minor_start_ = 0, minor_predicted_ = -1;
+  double minor_exposed_ = 0, exposed_at_minor_start_ = 0;  // smoothed exposed seconds per minor at syncs
+  std::uint64_t minor_exposed_samples_ = 0;
   bool minor_at_sync_ = false;
-  double rate_seconds_ = 0;  // Note [The allocation rate is a wall-clock rate]
   double full_cost_ = 0, full_wall_ = 0;
   double cycle_started_ = 0;
   // A cycle that found less than a quarter of the suspected garbage doubles
