@@ -76,6 +76,12 @@ for fm in cupy:gcpressure cupy:own numba:gcpressure numba:own; do
   step "cycles_${fw}_${mode}" "$PY" "$HERE/tests/bench_cycles.py" --framework "$fw" --mode "$mode" \
     --reps "${REPS:-3}" --variants "$VARIANTS"
 done
+# Note [A minor promotes the owner it runs beside]: whole-heap minors over a frozen import-time heap.
+WHOLE='{"minor_generation": "2", "freeze": true}'
+for fw in cupy numba; do
+  step "cycles_${fw}_wholeheap" "$PY" "$HERE/tests/bench_cycles.py" --framework "$fw" --mode gcpressure \
+    --reps "${REPS:-3}" --variants "$VARIANTS" --options "$WHOLE"
+done
 step pair_cupy "$PY" "$HERE/tests/bench_pair_cupy.py" --n 20000 --rounds 5
 for mm in default gcpressure.numba; do
   STEP_ENV=(); [ $mm = default ] || STEP_ENV=(NUMBA_CUDA_MEMORY_MANAGER=$mm GCPRESSURE_HARD_LIMIT=16GiB)

@@ -78,7 +78,9 @@ GCP_EXPORT int gcp_torch_init(const char* backend, const char* soft_limit, const
 // Options outside gcp_torch_init (before the first allocation, except "oom"):
 //   host_capacity  simulated device size of the host backend ("1GiB")
 //   gil_wait       seconds a handed-off collection is waited for (default 1)
-//   minor_generation  "auto" (default: 0, and 1 every gen1_every-th), "0", "1"
+//   minor_generation  "auto" (default: 0, and 1 every gen1_every-th), "0", "1", "2" (every minor
+//                  is a whole-heap gc.collect(): Note [A minor promotes the owner it runs beside]
+//                  in torch_python.cpp)
 //   gen1_every     see above (default 4)
 //   handoff        "helper" (default) or "pending" (Py_AddPendingCall)
 //   oom            "throw" (default) or "null"  (Note [Out of memory])
@@ -114,8 +116,8 @@ GCP_EXPORT int gcp_torch_set_option(const char* key, const char* value) {
       g.s.holder_grace = std::stod(v);
     } else if (k == "minor_generation") {
       if (v == "auto") g.s.minor_generation = -1;
-      else if (v == "0" || v == "1") g.s.minor_generation = v[0] - '0';
-      else return fail("gcp_torch_set_option: minor_generation must be auto, 0 or 1");
+      else if (v == "0" || v == "1" || v == "2") g.s.minor_generation = v[0] - '0';
+      else return fail("gcp_torch_set_option: minor_generation must be auto, 0, 1 or 2");
     } else if (k == "gen1_every") {
       g.s.gen1_every = std::stoi(v);
       if (g.s.gen1_every < 1) return fail("gcp_torch_set_option: gen1_every must be >= 1");

@@ -26,7 +26,7 @@ struct settings {
   gcpressure::config cfg;     // backend, limits, policy, budget, host capacity (GCPRESSURE_* first)
   double gil_wait = 1.0;      // longest wait for a handed-off collection (seconds)
   double holder_grace = 0.001;  // rule 1(a): how long a GIL holder may wait for M before requests give up
-  int minor_generation = -1;  // -1: auto (0, and 1 every gen1_every-th minor); 0 or 1: always
+  int minor_generation = -1;  // -1: auto (0, and 1 every gen1_every-th minor); 0, 1 or 2: always
   int gen1_every = 4;
   bool pending_handoff = false;  // Py_AddPendingCall instead of the helper thread
   bool oom_null = false;         // Note [Out of memory]

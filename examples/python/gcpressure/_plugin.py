@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import gc
 import glob
 import json
 import os
@@ -180,12 +181,23 @@ def configure(soft_limit=None, hard_limit=None, policy: str | None = "pressure",
     without a GPU), cuda, auto. options: host_capacity, gil_wait,
     minor_generation ("auto", 0, 1), gen1_every, handoff ("helper",
     "pending"), oom ("throw", "null"), every_n, verbose. Once per process,
-    before the first allocation."""
+    before the first allocation.
+    minor_generation=2 makes every minor a whole-heap gc.collect(): a gen-0
+    minor at an allocation promotes the object about to own the new block,
+    so a loop that drops one such owner in a cycle per iteration is found
+    only by older generations' collections (Note [A minor promotes the owner
+    it runs beside] in examples/torch/torch_python.cpp). freeze=True: first
+    gc.collect(), then gc.freeze(): the heap that exists now (the imported
+    modules) moves to CPython's permanent generation, which no collection
+    examines again, so whole-heap collections cost what the program made
+    since. Cyclic garbage among those frozen objects is never freed (it was
+    alive at install time); gc.unfreeze() undoes it."""
     global _lib
     with _lock:
         if _lib is not None:
             raise GcpressureTorchError(f"gcpressure is already configured in this process (by {_config.get('by')})")
         L = Library(lib)
+        freeze = bool(options.pop("freeze", False))
         for k, v in options.items():
             if v is None:
                 continue
@@ -198,10 +210,13 @@ def configure(soft_limit=None, hard_limit=None, policy: str | None = "pressure",
         main = 1 if threading.current_thread() is threading.main_thread() else 0
         L.check(L.py.gcp_torch_attach_python(main), "gcp_torch_attach_python")
         atexit.register(_shutdown, L)
+        if freeze:
+            gc.collect()
+            gc.freeze()
         _lib = L
         _config.update(dict(soft_limit=soft_limit, hard_limit=hard_limit, policy=policy, budget=budget,
                             backend=backend or json.loads(L.stats_json())["settings"]["backend"],
-                            by=options_by or "configure", **options))
+                            by=options_by or "configure", freeze=freeze, **options))
         return L
 
 

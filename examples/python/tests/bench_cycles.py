@@ -48,8 +48,11 @@ p.add_argument("--limit-gib", type=float, default=4.0)
 p.add_argument("--reps", type=int, default=3)
 p.add_argument("--variants", default="c2_4,c2_64,c2_512,c100_8x8,thread_c2_64,ring,acyclic_64,pair")
 p.add_argument("--scale", type=float, default=1.0, help="iteration counts times this")
+p.add_argument("--options", default="{}", help="JSON: more install() arguments for --mode gcpressure, e.g. "
+               '\'{"minor_generation": "2", "freeze": true}\' (Note [A minor promotes the owner it runs beside])')
 args = p.parse_args()
 LIMIT = int(args.limit_gib * (1 << 30))
+OPTIONS = json.loads(args.options)
 ITERS = {"c2_4": 3000, "c2_64": 300, "c2_512": 48, "c100_8x8": 150, "thread_c2_64": 150, "ring": 300,
          "acyclic_64": 300, "hinted_c2_64": 300}
 
@@ -71,7 +74,7 @@ class CupySide:
         self.mode = mode
         if mode == "gcpressure":
             import gcpressure.cupy as g
-            g.install(hard_limit=LIMIT)
+            g.install(hard_limit=LIMIT, **OPTIONS)
             self.g = g
         else:
             self.pool = cupy.get_default_memory_pool()
@@ -121,7 +124,7 @@ class NumbaSide:
         self.ballast = None
         if mode == "gcpressure":
             import gcpressure.numba as g
-            g.install(hard_limit=LIMIT)
+            g.install(hard_limit=LIMIT, **OPTIONS)
             self.g = g
         ctx = cuda.current_context()
         if mode == "own":  # cap the device: leave LIMIT free (and what is in use now)
@@ -303,10 +306,10 @@ def main():
         for rep in range(args.reps):
             fw.reset()
             r = run_variant(fw, v, rep)
-            r.update(framework=args.framework, mode=args.mode)
+            r.update(framework=args.framework, mode=args.mode, options=OPTIONS)
             emit(r)
             runs.append(r)
-    summary = {"summary": True, "framework": args.framework, "mode": args.mode, "limit": LIMIT,
+    summary = {"summary": True, "framework": args.framework, "mode": args.mode, "limit": LIMIT, "options": OPTIONS,
                "python": sys.version.split()[0]}
     try:
         mod = __import__(args.framework if args.framework == "cupy" else "numba")

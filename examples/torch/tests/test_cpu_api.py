@@ -41,7 +41,7 @@ CASES = {
         assert L.py.gcp_torch_set_option(b"nonsense", b"1") == -1
         assert b"unknown option" in L.py.gcp_torch_last_error()
         assert L.py.gcp_torch_set_option(b"handoff", b"carrier-pigeon") == -1
-        assert L.py.gcp_torch_set_option(b"minor_generation", b"2") == -1
+        assert L.py.gcp_torch_set_option(b"minor_generation", b"3") == -1
         assert L.py.gcp_torch_init(b"tpu", None, None, None, 0.0) == -1
         assert b"invalid value for gcp_torch_init backend: 'tpu'" in L.py.gcp_torch_last_error()
         assert L.py.gcp_torch_init(b"host", None, None, b"psychic", 0.0) == -1
