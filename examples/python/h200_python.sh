@@ -34,6 +34,7 @@ OUT=${OUT:-$PWD/python-results}
 mkdir -p "$OUT/steps"
 S=$OUT/steps  # per-step files; $OUT itself keeps the four files that matter
 exec > >(tee -a "$OUT/log.txt") 2>&1
+TEE=$!
 . "$HERE/gpu_env.sh"
 T0=$(date +%s)
 echo "== env ($(date -u +%Y-%m-%dT%H:%M:%SZ)); lib $GCPRESSURE_TORCH_LIB ($(sha256sum "$GCPRESSURE_TORCH_LIB" | cut -c1-16)); python $PY"
@@ -69,20 +70,20 @@ step() {  # name, command...: its stdout (JSON lines) and stderr under $OUT; TMO
 }
 STEP_ENV=()
 
-TMO=100 step adaptors "$PY" "$HERE/tests/test_gpu_adaptors.py" --cases cupy,numba,numba_env,mixed
+TMO=100 step adaptors "$PY" "$HERE/tests/test_gpu_adaptors.py" --cases cupy,numba,mixed
 VARIANTS=c2_4,c2_64,c2_512,c100_8x8,thread_c2_64,ring,acyclic_64,hinted_c2_64
 for fm in cupy:gcpressure cupy:own numba:gcpressure numba:own; do
   fw=${fm%%:*} mode=${fm##*:}
   step "cycles_${fw}_${mode}" "$PY" "$HERE/tests/bench_cycles.py" --framework "$fw" --mode "$mode" \
     --reps "${REPS:-3}" --variants "$VARIANTS"
 done
+step pair_cupy "$PY" "$HERE/tests/bench_pair_cupy.py" --n 20000 --rounds 5
 # Note [A minor promotes the owner it runs beside]: whole-heap minors over a frozen import-time heap.
 WHOLE='{"minor_generation": "2", "freeze": true}'
 for fw in cupy numba; do
   step "cycles_${fw}_wholeheap" "$PY" "$HERE/tests/bench_cycles.py" --framework "$fw" --mode gcpressure \
     --reps "${REPS:-3}" --variants "$VARIANTS" --options "$WHOLE"
 done
-step pair_cupy "$PY" "$HERE/tests/bench_pair_cupy.py" --n 20000 --rounds 5
 for mm in default gcpressure.numba; do
   STEP_ENV=(); [ $mm = default ] || STEP_ENV=(NUMBA_CUDA_MEMORY_MANAGER=$mm GCPRESSURE_HARD_LIMIT=16GiB)
   TMO=50 step "numba_suite_${mm%%.*}" "$PY" "$HERE/tests/numba_suite.py" \
@@ -108,5 +109,7 @@ res["summary"] = open(os.path.join(out, "summary.txt")).read().splitlines()
 json.dump(res, open(os.path.join(out, "results.json"), "w"), indent=1, default=str)
 PYJ
 echo "failed steps: $fails; $(( $(date +%s) - T0 )) s" | tee -a "$OUT/summary.txt"
+exec 1>&- 2>&-
+wait "$TEE" 2>/dev/null  # log.txt complete before it is archived
 (cd "$OUT" && tar czf python-results.tar.gz --exclude python-results.tar.gz . 2>/dev/null)
 exit $fails

@@ -2,6 +2,7 @@
 from . import cuda  # noqa: F401
 
 __version__ = "0-fake"
+float32 = "float32"  # a dtype name: the stand-in's arrays are 4-byte items
 
 
 class ndarray:
@@ -11,6 +12,9 @@ class ndarray:
         self.size = n
         self.nbytes = n * itemsize
         self.data = cuda.memory.alloc(self.nbytes)
+
+    def fill(self, value):
+        """No device work on the host backend: what bench_cycles.py calls."""
 
 
 def empty(n, dtype=None):

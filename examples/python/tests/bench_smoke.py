@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""bench_cycles.py end to end against the CuPy stand-in (fakes/) on the host
+backend, as h200_python.sh runs it on the GPU: each variant once at a tenth
+of its iterations, with the default minors and with whole-heap minors over a
+frozen heap. Fails if a run exits non-zero, a variant is missing from the
+summary, a run ran out of memory, or a figure the GPU run reports is absent.
+No figure is checked against a target here (the host backend's loop has no
+device time; the figures belong to the H200)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+VARIANTS = "c2_4,c2_64,c2_512,c100_8x8,thread_c2_64,ring,acyclic_64,hinted_c2_64,pair"
+HOST = {"backend": "host", "host_capacity": "5GiB", "cupy": None}
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--lib", required=True)
+a = ap.parse_args()
+env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(HERE, "fakes"), os.path.dirname(HERE)]),
+           GCPRESSURE_TORCH_LIB=a.lib)
+bad = []
+for name, extra in (("default", {}), ("wholeheap", {"minor_generation": "2", "freeze": True})):
+    cmd = [sys.executable, os.path.join(HERE, "bench_cycles.py"), "--framework", "cupy", "--mode", "gcpressure",
+           "--reps", "1", "--scale", "0.1", "--variants", VARIANTS, "--options", json.dumps({**HOST, **extra})]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    lines = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
+    summary = next((x for x in lines if x.get("summary")), None)
+    if p.returncode != 0 or summary is None:
+        bad.append(f"{name}: rc {p.returncode}, no summary: {p.stderr[-1500:]}")
+        continue
+    for v in VARIANTS.split(","):
+        if v not in summary:
+            bad.append(f"{name}: variant {v} missing from the summary")
+        elif v != "pair" and (summary[v]["ooms"] or "peak_reserved_median" not in summary[v]):
+            bad.append(f"{name}: {v}: {summary[v]}")
+    runs = [x for x in lines if not x.get("summary") and x["variant"] not in ("pair", "acyclic_64")]
+    if any("peak_over_live" not in r or "gcpressure_collections" not in r for r in runs):
+        bad.append(f"{name}: a run lacks peak_over_live or its collections")
+    print(name, {v: round(summary[v].get("peak_over_live_median", 0), 1) for v in VARIANTS.split(",")
+                 if v in summary and "peak_over_live_median" in summary[v]}, flush=True)
+print("\n".join(bad) if bad else "ok")
+sys.exit(1 if bad else 0)
