@@ -2,7 +2,12 @@
 # The install, as a new user meets it (issue 12): setup.sh's package choice
 # (tests/install/test_setup.sh), then a clean host-only Release
 # build installed into a temporary prefix, then, against that prefix only:
-#   - every C/C++ block of README.md compiled and run (no "leaked" warning allowed),
+#   - every C/C++ block of README.md compiled (CMake's default build type and
+#     Release) and run: no "leaked" warning allowed, and the peak it prints no
+#     higher than the soft limit it sets,
+#   - the README's C block through pkg-config with the prefix outside the
+#     loader's path: fails to start without rpath or LD_LIBRARY_PATH (the
+#     README's note), runs with either,
 #   - a C++ consumer and a C consumer through find_package(gcpressure),
 #   - a C consumer through pkg-config (gcpressure.pc),
 #   - the Lua module through Lua's cpath under the prefix,
@@ -73,16 +78,42 @@ pcdir=$(dirname "$(find "$prefix" -name gcpressure.pc | head -n1)")
 [ -f "$cmakedir/gcpressureTargets.cmake" ] || fail "gcpressureConfig.cmake / gcpressureTargets.cmake not installed"
 [ -f "$pcdir/gcpressure.pc" ] || fail "gcpressure.pc not installed"
 
+# A README block prints "peak reserved <N> MiB|GiB" and sets a soft limit
+# ("512MiB" in parse_size or a C string); the peak must not exceed it.
+check_peak() {
+  local out=$1 src=$2 peak soft
+  peak=$(grep -o 'peak reserved [0-9.]* [MG]iB' "$out" | tail -n1 | awk '{ print $3 * ($4 == "GiB" ? 1024 : 1) }')
+  soft=$(grep -o 'soft_limit = [^"]*"[0-9]*[MG]iB"' "$src" | grep -o '[0-9]*[MG]iB' | head -n1 |
+         awk '{ n = $0 + 0; print ($0 ~ /GiB/) ? n * 1024 : n }')
+  [ -n "$peak" ] || fail "$(basename "$out"): no 'peak reserved' line"
+  [ -n "$soft" ] || fail "$src: no soft limit set"
+  awk -v p="$peak" -v s="$soft" 'BEGIN { exit !(p > 0 && p <= s) }' \
+    || fail "$(basename "$out"): peak reserved $peak MiB, above the block's soft limit $soft MiB"
+  echo "check-install: $(basename "$out"): peak reserved $peak MiB <= soft limit $soft MiB"
+}
+
 step "README.md's C/C++ blocks and the find_package consumers"
 python3 tests/install/extract_snippets.py README.md "$work/snippets" >"$work/snippets.list" || fail "extracting README blocks"
-cmake -S tests/install/consumer -B "$work/consumer" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$prefix" -DSNIPPET_DIR="$work/snippets" >"$work/consumer-configure.log" \
-  || { cat "$work/consumer-configure.log"; fail "configuring the find_package consumer"; }
+# "default": no CMAKE_BUILD_TYPE, as a user's first build (unoptimised; a
+# dead stack slot then keeps the last buffer to the end of main).
+for bt in Release default; do
+  bt_arg=(); [ "$bt" = Release ] && bt_arg=(-DCMAKE_BUILD_TYPE=Release)
+  cmake -S tests/install/consumer -B "$work/consumer-$bt" -G Ninja "${bt_arg[@]}" \
+    -DCMAKE_PREFIX_PATH="$prefix" -DSNIPPET_DIR="$work/snippets" >"$work/consumer-$bt-configure.log" \
+    || { cat "$work/consumer-$bt-configure.log"; fail "configuring the find_package consumer ($bt)"; }
+done
+ln -s "$work/consumer-Release" "$work/consumer"
 cmake --build "$work/consumer" -j"$jobs" || fail "building the consumers / README blocks (see the compiler's message above)"
 while read -r snippet; do
   name=$(basename "${snippet%.*}")
-  step "run README block $name"
-  run_clean "$name" "$work/consumer/$name"
+  cmake --build "$work/consumer-default" -j"$jobs" --target "$name" >"$work/consumer-default-build.log" \
+    || { cat "$work/consumer-default-build.log"; fail "building README block $name in the default build type"; }
+  for bt in Release default; do
+    step "run README block $name (build type $bt)"
+    run_clean "$name-$bt" "$work/consumer-$bt/$name" >"$work/$name-$bt.stdout"
+    cat "$work/$name-$bt.stdout"
+    check_peak "$work/$name-$bt.stdout" "$snippet"
+  done
 done <"$work/snippets.list"
 run_ok cxx_consumer "$work/consumer/cxx_consumer"
 # The environment as the default layer, in an installed program: a variable
@@ -103,6 +134,26 @@ pc_libdir=$(pkg-config --variable=libdir gcpressure) || fail "pkg-config gcpress
 cc -std=c99 -Wall -Wextra -Werror tests/install/c_consumer.c -o "$work/c_consumer_pc" \
   $(pkg-config --cflags --libs gcpressure) -Wl,-rpath,"$pc_libdir" || fail "compiling with pkg-config's flags"
 run_ok c_consumer_pc "$work/c_consumer_pc"
+# README.md's note: a prefix outside the loader's path needs an rpath or
+# LD_LIBRARY_PATH; without either the program does not start.
+c_block=$(grep '\.c$' "$work/snippets.list" | head -n1)
+[ -n "$c_block" ] || fail "README.md has no C block"
+step "README's C block through pkg-config: no rpath fails to start, LD_LIBRARY_PATH and rpath run"
+# shellcheck disable=SC2046  # the flags are words
+cc -Wall -Wextra -Werror "$c_block" -o "$work/readme_c_pc" $(pkg-config --cflags --libs gcpressure) \
+  || fail "compiling the README's C block with pkg-config's flags"
+if env -u LD_LIBRARY_PATH "$work/readme_c_pc" >"$work/readme_c_pc.out" 2>&1; then
+  fail "the README's C block started without rpath or LD_LIBRARY_PATH: the README's note is wrong"
+fi
+grep -q "libgcpressure.so.0: cannot open shared object file" "$work/readme_c_pc.out" \
+  || { cat "$work/readme_c_pc.out"; fail "not the loader message the README's note quotes"; }
+LD_LIBRARY_PATH="$pc_libdir" run_clean readme_c_pc_ldpath "$work/readme_c_pc" >"$work/readme_c_pc_ldpath.stdout"
+check_peak "$work/readme_c_pc_ldpath.stdout" "$c_block"
+# shellcheck disable=SC2046
+cc -Wall -Wextra -Werror "$c_block" -o "$work/readme_c_rpath" $(pkg-config --cflags --libs gcpressure) \
+  -Wl,-rpath,"$(pkg-config --variable=libdir gcpressure)" || fail "compiling the README's C block with an rpath"
+run_clean readme_c_rpath "$work/readme_c_rpath" >"$work/readme_c_rpath.stdout"
+check_peak "$work/readme_c_rpath.stdout" "$c_block"
 
 lua_mod=$prefix/lib/lua/5.4/gcpressure.so
 if command -v lua5.4 >/dev/null && [ -f "$work/build/examples/runtimes/lua/gcpressure.so" ]; then
