@@ -29,7 +29,8 @@ callbacks], for the threading rules.
 
 libgcpressure.so is found through $GCPRESSURE_LIB (a file or a directory),
 else this package's folder, else this checkout's newest
-build*/gc_bridge/libgcpressure.so, else an installed one; or pass `library=`
+build*/gc_bridge/libgcpressure.so or build*/*/gc_bridge/libgcpressure.so
+(build/release: scripts/test.sh's and demo.sh's), else an installed one; or pass `library=`
 to Allocator. Importing this package loads no library.
 """
 from __future__ import annotations

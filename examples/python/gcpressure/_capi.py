@@ -147,8 +147,11 @@ def candidate_paths() -> list[str]:
     bundled = os.path.join(_HERE, "libgcpressure.so")
     if os.path.exists(bundled):
         out.append(bundled)
-    # The build trees of this checkout (build*/gc_bridge/libgcpressure.so), newest first.
+    # The build trees of this checkout, newest first: build*/gc_bridge (a
+    # build folder of one's own) and build*/*/gc_bridge (scripts/test.sh and
+    # demo.sh build into build/release, build/asan, ...).
     found = glob.glob(os.path.join(REPO_ROOT, "build*", "gc_bridge", "libgcpressure.so"))
+    found += glob.glob(os.path.join(REPO_ROOT, "build*", "*", "gc_bridge", "libgcpressure.so"))
     found.sort(key=lambda p: os.path.getmtime(p), reverse=True)
     out.extend(found)
     sys_lib = ctypes.util.find_library("gcpressure")
@@ -159,8 +162,8 @@ def candidate_paths() -> list[str]:
 
 def find_library(path: str | None = None) -> str:
     """The libgcpressure.so to load: `path`, else $GCPRESSURE_LIB (a file or a
-    directory), else the newest build*/gc_bridge/libgcpressure.so of this
-    checkout, else an installed one."""
+    directory), else the newest build*/gc_bridge/libgcpressure.so or
+    build*/*/gc_bridge/libgcpressure.so of this checkout, else an installed one."""
     if path:
         return os.path.join(path, "libgcpressure.so") if os.path.isdir(path) else path
     cands = candidate_paths()
@@ -168,8 +171,9 @@ def find_library(path: str | None = None) -> str:
         if os.sep not in c or os.path.exists(c):
             return c
     raise OSError(
-        "gcpressure_py: libgcpressure.so not found. Build it (cmake --build BUILD --target gcpressure_c) "
-        f"and set {ENV_VAR}=BUILD/gc_bridge/libgcpressure.so; looked in: {cands or '(nothing)'}"
+        "gcpressure: libgcpressure.so not found. Build it (cmake --build build/release --target gcpressure_c, "
+        f"found there) or set {ENV_VAR}=BUILD/gc_bridge/libgcpressure.so; looked in: "
+        f"{cands or REPO_ROOT + '/build*/gc_bridge, build*/*/gc_bridge and the system library path (nothing there)'}"
     )
 
 

@@ -113,6 +113,28 @@ def reset_peaks_restarts_reserved():
     L.c.gcp_torch_free(q, MiB, 0, None)
 
 
+def capi_finds_build_release():
+    """The C API binding's library search finds build/release/gc_bridge (where
+    scripts/test.sh and demo.sh build) as well as build/gc_bridge; it missed
+    the first before ('libgcpressure.so not found ... looked in: (nothing)')."""
+    import tempfile
+    import gcpressure._capi as capi
+    os.environ.pop(capi.ENV_VAR, None)
+    with tempfile.TemporaryDirectory() as root:
+        want = []
+        for sub in (("build", "release"), ("build-x",)):
+            d = os.path.join(root, *sub, "gc_bridge")
+            os.makedirs(d)
+            want.append(os.path.join(d, "libgcpressure.so"))
+            open(want[-1], "w").close()
+        capi.REPO_ROOT = root
+        got = capi.candidate_paths()
+        for w in want:
+            expect(w in got, f"{w} not in {got}")
+        expect(capi.find_library() in want or capi.find_library() == os.path.join(capi._HERE, "libgcpressure.so"),
+               capi.find_library())
+
+
 if __name__ == "__main__":
     main({f.__name__: f for f in (shims, one_pool_two_frameworks, torch_configure_then_cupy,
-                                      reset_peaks_restarts_reserved)})
+                                      reset_peaks_restarts_reserved, capi_finds_build_release)})
