@@ -9,6 +9,10 @@
 //                                    shared by n threads (the timed one and
 //                                    n-1 doing the same), each on its own
 //                                    stream; cuda_async with a GPU, else host
+//   alloc/cuda_malloc_async_threads/<n>  the same with cudaMallocFromPoolAsync
+//                                    + cudaFreeAsync on one driver pool (CUDA
+//                                    builds only): the driver's thread-safe
+//                                    allocator, side by side (issue 24)
 //
 // Every case times the pair on the calling thread; read the wall-clock "Time"
 // column (the CUDA calls can block in the driver, which CPU time hides). Not
@@ -113,9 +117,29 @@ struct bench_stream {
   gcp::stream_ref ref_ = nullptr;
 };
 
-// Pool hits while n-1 other threads hit the same pool: what the pool lock
-// costs under contention (Note [Waiting outside the lock] in
-// core/src/pool_streams.cpp keeps event waits out of it).
+// Runs `pair(stream)` on n-1 other threads, each on its own stream, while
+// the benchmark thread times `pair` on streams[0]: the wall time of one pair
+// under contention (real threads; Google Benchmark's ->Threads(n) would
+// rename the cases).
+template <class Pair>
+void time_with_others(benchmark::State& state, const std::vector<std::unique_ptr<bench_stream>>& streams, Pair pair) {
+  std::atomic<bool> stop{false};
+  std::atomic<int> started{0};
+  std::vector<std::thread> others;
+  for (std::size_t t = 1; t < streams.size(); ++t)
+    others.emplace_back([&, s = streams[t]->ref()] {
+      started.fetch_add(1);
+      while (!stop.load(std::memory_order_relaxed)) pair(s);
+    });
+  while (started.load() + 1 < static_cast<int>(streams.size())) std::this_thread::yield();
+  const gcp::stream_ref mine = streams[0]->ref();
+  for (auto _ : state) pair(mine);
+  stop = true;
+  for (auto& t : others) t.join();
+}
+
+// Pool hits while n-1 other threads hit the same pool: what sharing one
+// allocator costs (issue 24: per-thread caches, pool_cache.cpp).
 void pool_hit_threads(benchmark::State& state, int threads) {
   constexpr std::size_t bytes = 4096;
   const bool cuda = gcp::cuda_available();
@@ -124,28 +148,40 @@ void pool_hit_threads(benchmark::State& state, int threads) {
   std::vector<std::unique_ptr<bench_stream>> streams;  // outlive the allocator
   for (int t = 0; t < threads; ++t) streams.push_back(std::make_unique<bench_stream>(cuda));
   gcp::device_allocator a(o);
-  for (int t = 0; t < threads; ++t) {
-    a.free(a.allocate(bytes, streams.back()->ref()), bytes, streams.back()->ref());  // warm each stream's list
-  }
-  std::atomic<bool> stop{false};
-  std::vector<std::thread> others;
-  for (int t = 1; t < threads; ++t)
-    others.emplace_back([&, s = streams[static_cast<std::size_t>(t)]->ref()] {
-      while (!stop.load(std::memory_order_relaxed)) a.free(a.allocate(bytes, s), bytes, s);
-    });
-  const gcp::stream_ref mine = streams[0]->ref();
-  for (auto _ : state) {
-    void* p = a.allocate(bytes, mine);
+  for (const auto& s : streams) a.free(a.allocate(bytes, s->ref()), bytes, s->ref());  // warm each stream's list
+  time_with_others(state, streams, [&a](gcp::stream_ref s) {
+    void* p = a.allocate(bytes, s);
     benchmark::DoNotOptimize(p);
-    a.free(p, bytes, mine);
-  }
-  stop = true;
-  for (auto& t : others) t.join();
+    a.free(p, bytes, s);
+  });
   for (auto& s : streams) a.forget_stream(s->ref());
   const auto st = a.stats();
   state.counters["hit_rate"] = st.allocations ? static_cast<double>(st.pool_hits) / static_cast<double>(st.allocations) : 0;
   state.SetLabel(gcp::to_string(o.backend));
 }
+
+#ifdef GCPRESSURE_BENCH_CUDA
+// cudaMallocAsync's driver pool from n threads, a stream each (as
+// cuda_malloc_async: release threshold infinite, so every pair is a hit).
+void cuda_malloc_async_threads(benchmark::State& state, int threads) {
+  constexpr std::size_t bytes = 4096;
+  if (!gcp::cuda_available()) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  gcp::cuda_async_resource r(0, std::numeric_limits<std::size_t>::max());
+  std::vector<std::unique_ptr<bench_stream>> streams;
+  for (int t = 0; t < threads; ++t) streams.push_back(std::make_unique<bench_stream>(true));
+  for (const auto& s : streams) r.deallocate(r.allocate(bytes, s->ref()), bytes, s->ref());
+  for (const auto& s : streams) gcp::cuda_stream_synchronize(s->ref());
+  time_with_others(state, streams, [&r](gcp::stream_ref s) {
+    void* p = r.allocate(bytes, s);
+    benchmark::DoNotOptimize(p);
+    r.deallocate(p, bytes, s);
+  });
+  for (const auto& s : streams) gcp::cuda_stream_synchronize(s->ref());
+}
+#endif
 
 template <class Fn>
 void add(const std::string& name, Fn&& fn) {
@@ -162,8 +198,13 @@ bool register_alloc_benchmarks() {
     add("alloc/cuda_malloc/" + bytes, [n](benchmark::State& st) { cuda_malloc(st, n); });
     add("alloc/cuda_malloc_async/" + bytes, [n](benchmark::State& st) { cuda_malloc_async(st, n); });
   }
-  for (int t : {1, 2, 8})
+  for (int t : {1, 2, 4, 8, 16})
     add("alloc/pool_hit_threads/" + std::to_string(t), [t](benchmark::State& st) { pool_hit_threads(st, t); });
+#ifdef GCPRESSURE_BENCH_CUDA
+  for (int t : {1, 8})
+    add("alloc/cuda_malloc_async_threads/" + std::to_string(t),
+        [t](benchmark::State& st) { cuda_malloc_async_threads(st, t); });
+#endif
   return true;
 }
 

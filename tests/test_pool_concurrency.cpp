@@ -87,10 +87,18 @@ bool wait_until_blocked(const watched_ops& ops) {
 // Streams A (slow: held by a gate) and B (idle), a pool whose B lists hold a
 // small block safe to hit, a large block freed on A behind the gate, and a
 // thread that blocks in a pool call waiting for A (start()).
+pool_options no_thread_caches() {
+  pool_options o;
+  o.thread_caches = false;
+  return o;
+}
+
 struct slow_stream_fixture {
   watched_resource up;
   host_stream A, B;
-  pool_resource pool{up};
+  // The shared pool's waits are under test: the counts below (pending
+  // blocks) are the shared lists'. Thread caches: test_thread_caches.cpp.
+  pool_resource pool{up, no_thread_caches()};
   gate g;
   void* on_a = nullptr;
   std::thread blocker;

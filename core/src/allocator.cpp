@@ -349,7 +349,7 @@ void device_allocator::free(void* p, std::size_t bytes, stream_ref stream) {
   if (!p) GCPRESSURE_FAIL("free: null pointer");
   std::size_t live;
   if (pool_) {
-    live = pool_->live_size(p);
+    live = pool_->free_if_live(p, bytes, stream);  // one lookup; frees only a match
   } else {
     std::lock_guard<std::mutex> lk(nopool_mu_);
     auto it = nopool_->live.find(p);
@@ -367,7 +367,7 @@ void device_allocator::free(void* p, std::size_t bytes, stream_ref stream) {
     os << "free: " << p << " was allocated with " << live << " bytes but freed with " << bytes;
     GCPRESSURE_FAIL(os.str());
   }
-  deallocate(p, bytes, stream);
+  if (!pool_) deallocate(p, bytes, stream);
 }
 
 void device_allocator::deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept {

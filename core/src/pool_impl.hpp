@@ -1,9 +1,11 @@
 // Internal to core/src: the caching pool's state (pool_impl), shared by its
-// two rooms: pool_resource.cpp (the size-class cache: segments, best fit,
-// splitting, coalescing, accounting) and pool_streams.cpp (per-stream event
-// and safe-frontier bookkeeping: Note [Stream-aware reuse]).
+// three rooms: pool_resource.cpp (the size-class cache: segments, best fit,
+// splitting, coalescing, accounting), pool_streams.cpp (per-stream event
+// and safe-frontier bookkeeping: Note [Stream-aware reuse]) and
+// pool_cache.cpp (per-thread caches in front of it: Note [Thread caches]).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -81,6 +83,11 @@ class ptr_table {
     place(p, b);
     ++size_;
   }
+  template <class Fn>
+  void for_each(Fn&& fn) const {
+    for (const auto& e : slots_)
+      if (e.key) fn(e.key, e.value);
+  }
   block* erase(const void* p) noexcept {
     std::size_t i = index(p);
     for (;; i = (i + 1) & mask()) {
@@ -131,6 +138,37 @@ class ptr_table {
 // completed, so any stream may take them and no event is ever recorded.
 inline stream_ref const k_any_stream = reinterpret_cast<stream_ref>(~std::uintptr_t{0});
 
+// Note [Thread caches] (pool_cache.cpp). Counters of one thread cache,
+// written under its mutex, read lock-free by the pool's sums. A slot outlives
+// the cache that uses it (the pool owns the array), so a lock-free reader
+// never touches freed memory.
+struct alignas(64) cache_slot {
+  std::atomic<std::size_t> requested{0}, allocated{0}, blocks{0};  // live, allocated from the cache
+  std::atomic<std::size_t> cached{0}, cached_blocks{0};             // free, held in its bins
+  std::atomic<std::uint64_t> req_total{0}, alloc_total{0}, blocks_total{0};
+  std::atomic<std::uint64_t> allocations{0}, frees{0}, hits{0};
+};
+
+// Free blocks of one size freed on (or taken for) one stream.
+struct cache_bin {
+  stream_ref stream = nullptr;
+  std::size_t size = 0;  // rounded; 0: an unused bin
+  std::uint64_t used = 0;
+  std::vector<block*> blocks;  // capacity reserved: a hit or free allocates nothing
+};
+
+struct thread_cache {
+  static constexpr std::size_t k_bins = 8;
+  std::mutex mu;  // the owner's; others take it only to flush, look up or free a block of it
+  cache_slot* slot = nullptr;
+  ptr_table live;  // blocks allocated from this cache and not freed
+  std::array<cache_bin, k_bins> bins;
+  std::uint64_t tick = 0;
+  // Note [Peaks of sharded counters]: the local levels last folded.
+  std::size_t req_mark = 0, alloc_mark = 0, blocks_mark = 0;
+  std::uint64_t gen = ~std::uint64_t{0};
+};
+
 // Every member runs with `mu` held unless it says otherwise.
 struct pool_impl {
   pool_options opts;
@@ -142,10 +180,23 @@ struct pool_impl {
   std::uint64_t seq = 1;
   pool_counters c;
   // Note [Accounting]: plain counters under `mu`, mirrored for lock-free readers.
-  std::size_t req_peak = 0, alloc_peak = 0, blocks_peak = 0;
+  // Peaks are atomics: thread caches fold into them without `mu`.
+  std::atomic<std::size_t> req_peak{0}, alloc_peak{0}, blocks_peak{0};
   std::uint64_t req_total = 0, alloc_total = 0, blocks_total = 0;
-  std::atomic<std::size_t> live_mirror{0};
+  std::atomic<std::size_t> live_mirror{0}, alloc_mirror{0}, blocks_mirror{0};
   std::atomic<std::uint64_t> total_mirror{0}, allocs_mirror{0};
+
+  // Note [Thread caches] (pool_cache.cpp). Lock order: caches_mu, then a
+  // cache's mu, then `mu`; never two caches' mutexes at once.
+  static constexpr std::size_t k_cache_slots = 64;
+  const std::uint64_t id;  // unique over the process: the thread-local lookup's key
+  std::mutex caches_mu;     // guards `caches` changing (creation, retirement)
+  std::array<thread_cache*, k_cache_slots> caches{};
+  std::array<cache_slot, k_cache_slots> slots;
+  std::atomic<std::size_t> slots_used{0};       // slots below this may be non-zero
+  std::atomic<std::uint64_t> peak_gen{0};       // Note [Peaks of sharded counters]
+  std::atomic<std::uint64_t> retirements{0};    // a free's lookup retries when this moved
+  bool caching = true;
   // Recycled block objects and set nodes: a pool hit allocates nothing.
   std::vector<block*> spare_blocks;
   std::vector<free_set::node_type> spare_nodes;
@@ -178,7 +229,7 @@ struct pool_impl {
     }
   }
 
-  pool_impl(device_resource& up, pool_options o) : opts(o), upstream(up) {}
+  pool_impl(device_resource& up, pool_options o);
   stream_ops& ops() { return upstream.streams(); }
 
   // Per-stream bookkeeping (pool_streams.cpp).
@@ -209,6 +260,38 @@ struct pool_impl {
   // keeps the newer sequence number.
   void absorb_next(block* b) noexcept;
   std::size_t release_idle() noexcept;
+  // Frees `b` (out of every live table) into the free lists; `stream` is
+  // its new owner. Returns b's requested bytes.
+  std::size_t free_shared(block* b, stream_ref stream) noexcept;
+  void note_shared_alloc() noexcept;  // Note [Peaks of sharded counters]
+
+  // Thread caches (pool_cache.cpp); none of these run with `mu` held.
+  bool cachable(std::size_t rounded) const noexcept;
+  thread_cache* my_cache() noexcept;  // creates it on a thread's first use; null when no slot is free
+  void* cache_allocate(thread_cache& tc, std::size_t bytes, std::size_t rounded, stream_ref stream);
+  // Frees `p` if some live table holds it (and, `strict`, with `bytes`
+  // requested). Returns its requested bytes, 0 when no table holds it.
+  std::size_t free_any(void* p, std::size_t bytes, stream_ref stream, bool strict) noexcept;
+  // Moves every cached free block (of `only`'s bins; null: all) to the free lists.
+  std::size_t flush_caches(stream_ref only) noexcept;
+  void retire(thread_cache* tc) noexcept;  // its thread ends or the pool does
+  void retire_all() noexcept;              // the pool's destructor
+  void fold_peaks() noexcept;
+  // Under the cache's mu (pool_cache.cpp).
+  cache_bin* bin_for(thread_cache& tc, stream_ref stream, std::size_t size);
+  bool refill(thread_cache& tc, cache_bin& bin);
+  void cache_put(thread_cache& tc, block* b, stream_ref stream) noexcept;
+  // `own`: tc is this thread's cache (the block may stay in it). `found`: a table held p.
+  std::size_t free_from(thread_cache& tc, bool own, void* p, std::size_t bytes, stream_ref stream, bool strict,
+                        bool& found) noexcept;
+  void give_back(block* b, stream_ref stream) noexcept;  // under `mu`: a cached block into the free lists
+  thread_cache* new_cache() noexcept;
+  struct sums {
+    std::size_t requested = 0, allocated = 0, blocks = 0, cached = 0, cached_blocks = 0;
+    std::uint64_t req_total = 0, alloc_total = 0, blocks_total = 0, allocations = 0, frees = 0, hits = 0;
+  };
+  sums cache_sums() const noexcept;  // lock-free
+  std::size_t live_requested(const void* p) noexcept;  // takes the locks; 0: not live
 };
 
 }  // namespace detail

@@ -217,6 +217,27 @@ std::size_t pool_impl::release_idle() noexcept {
   return released;
 }
 
+std::size_t pool_impl::free_shared(block* b, stream_ref stream) noexcept {
+  const std::size_t had = b->requested;
+  c.allocated -= b->size;
+  c.requested -= b->requested;
+  ++c.frees;
+  live_mirror.store(c.requested, std::memory_order_relaxed);
+  alloc_mirror.store(c.allocated, std::memory_order_relaxed);
+  blocks_mirror.store(live.size(), std::memory_order_relaxed);
+  b->allocated = false;
+  b->requested = 0;
+  b->owner = stream;
+  b->free_seq = seq++;
+  try {
+    coalesce(b);
+  } catch (...) {
+    // std::set node allocation failed: keep the block out of the index
+    // (leaked to the cache, never reused) rather than corrupt it.
+  }
+  return had;
+}
+
 }  // namespace detail
 
 using detail::block;
@@ -231,6 +252,7 @@ pool_resource::pool_resource(device_resource& upstream, pool_options opts)
 
 pool_resource::~pool_resource() {
   auto& s = *impl_;
+  s.retire_all();  // Note [Thread caches]: cached blocks back, live ones into `live`
   std::lock_guard<std::mutex> lk(s.mu);
   s.release_idle();
   if (s.live.size() != 0) {
@@ -265,6 +287,8 @@ void* pool_resource::do_allocate(std::size_t bytes, stream_ref stream) {
   auto& s = *impl_;
   const std::size_t rounded = rounded_size(bytes);
   const bool is_small = rounded <= s.opts.small_threshold;
+  if (s.cachable(rounded))
+    if (detail::thread_cache* tc = s.my_cache()) return s.cache_allocate(*tc, bytes, rounded, stream);
   std::lock_guard<std::mutex> lk(s.mu);
   block* b = s.find_free(rounded, is_small, stream);
   if (b) ++s.c.hits;
@@ -276,16 +300,11 @@ void* pool_resource::do_allocate(std::size_t bytes, stream_ref stream) {
   s.live.insert(b->ptr, b);
   s.c.allocated += b->size;
   s.c.requested += bytes;
-  s.req_peak = std::max(s.req_peak, s.c.requested);
-  s.alloc_peak = std::max(s.alloc_peak, s.c.allocated);
-  s.blocks_peak = std::max(s.blocks_peak, s.live.size());
   s.req_total += bytes;
   s.alloc_total += b->size;
   ++s.blocks_total;
   ++s.c.allocations;
-  s.live_mirror.store(s.c.requested, std::memory_order_relaxed);
-  s.total_mirror.store(s.req_total, std::memory_order_relaxed);
-  s.allocs_mirror.store(s.c.allocations, std::memory_order_relaxed);
+  s.note_shared_alloc();  // mirrors and peaks
   return b->ptr;
 }
 
@@ -296,87 +315,83 @@ void pool_resource::do_deallocate(void* p, std::size_t bytes, stream_ref stream)
 std::size_t pool_resource::deallocate_sized(void* p, std::size_t bytes, stream_ref stream) noexcept {
   if (!p) return 0;
   auto& s = *impl_;
-  std::unique_lock<std::mutex> lk(s.mu);
-  block* b = s.live.erase(p);
-  if (!b) {
-    ++s.c.misuse_errors;
-    lk.unlock();
+  const std::size_t had = s.free_any(p, bytes, stream, false);
+  if (had == 0 || (bytes != had && bytes != 0)) {
+    {
+      std::lock_guard<std::mutex> lk(s.mu);
+      ++s.c.misuse_errors;
+    }
     std::ostringstream os;
-    os << "pool_resource::deallocate: " << p << " (" << bytes
-       << " bytes) is not a live block of this pool (double free or foreign pointer); ignored";
-    detail::report_misuse(os.str());
-    return 0;
-  }
-  const bool size_ok = bytes == b->requested || bytes == 0;
-  const std::size_t had = b->requested;
-  s.c.allocated -= b->size;
-  s.c.requested -= b->requested;
-  ++s.c.frees;
-  s.live_mirror.store(s.c.requested, std::memory_order_relaxed);
-  b->allocated = false;
-  b->requested = 0;
-  b->owner = stream;
-  b->free_seq = s.seq++;
-  try {
-    s.coalesce(b);
-  } catch (...) {
-    // std::set node allocation failed: keep the block out of the index
-    // (leaked to the cache, never reused) rather than corrupt it.
-  }
-  if (!size_ok) {
-    ++s.c.misuse_errors;
-    lk.unlock();
-    std::ostringstream os;
-    os << "pool_resource::deallocate: " << p << " freed with " << bytes << " bytes but was allocated with " << had
-       << "; freed anyway";
+    if (had == 0)
+      os << "pool_resource::deallocate: " << p << " (" << bytes
+         << " bytes) is not a live block of this pool (double free or foreign pointer); ignored";
+    else
+      os << "pool_resource::deallocate: " << p << " freed with " << bytes << " bytes but was allocated with " << had
+         << "; freed anyway";
     detail::report_misuse(os.str());
   }
   return had;
 }
 
+std::size_t pool_resource::free_if_live(void* p, std::size_t bytes, stream_ref stream) noexcept {
+  return p ? impl_->free_any(p, bytes, stream, true) : 0;
+}
+
 std::size_t pool_resource::release_cached() noexcept {
+  impl_->flush_caches(nullptr);  // Note [Thread caches]: cached bytes are reclaimable
   std::lock_guard<std::mutex> lk(impl_->mu);
   return impl_->release_idle();
 }
 
-bool pool_resource::owns_live(const void* p) const noexcept {
-  std::lock_guard<std::mutex> lk(impl_->mu);
-  return impl_->live.find(p) != nullptr;
-}
+bool pool_resource::owns_live(const void* p) const noexcept { return impl_->live_requested(p) != 0; }
 
-std::size_t pool_resource::live_size(const void* p) const noexcept {
-  std::lock_guard<std::mutex> lk(impl_->mu);
-  const block* b = impl_->live.find(p);
-  return b ? b->requested : 0;
-}
+std::size_t pool_resource::live_size(const void* p) const noexcept { return impl_->live_requested(p); }
 
-std::size_t pool_resource::live_bytes() const noexcept { return impl_->live_mirror.load(std::memory_order_relaxed); }
+// Lock-free: the shared mirrors plus every thread cache's slot.
+std::size_t pool_resource::live_bytes() const noexcept {
+  return impl_->live_mirror.load(std::memory_order_relaxed) + impl_->cache_sums().requested;
+}
 std::uint64_t pool_resource::total_requested() const noexcept {
-  return impl_->total_mirror.load(std::memory_order_relaxed);
+  return impl_->total_mirror.load(std::memory_order_relaxed) + impl_->cache_sums().req_total;
 }
-std::uint64_t pool_resource::allocations() const noexcept { return impl_->allocs_mirror.load(std::memory_order_relaxed); }
+std::uint64_t pool_resource::allocations() const noexcept {
+  return impl_->allocs_mirror.load(std::memory_order_relaxed) + impl_->cache_sums().allocations;
+}
 
 void pool_resource::reset_peaks() noexcept {
   auto& s = *impl_;
+  std::lock_guard<std::mutex> g(s.caches_mu);
   std::lock_guard<std::mutex> lk(s.mu);
-  s.req_peak = s.c.requested;
-  s.alloc_peak = s.c.allocated;
-  s.blocks_peak = s.live.size();
+  const auto t = s.cache_sums();
+  s.req_peak.store(s.c.requested + t.requested, std::memory_order_relaxed);
+  s.alloc_peak.store(s.c.allocated + t.allocated, std::memory_order_relaxed);
+  s.blocks_peak.store(s.live.size() + t.blocks, std::memory_order_relaxed);
+  s.peak_gen.fetch_add(1, std::memory_order_release);  // every cache folds at its next allocation
 }
 
 pool_counters pool_resource::counters() const noexcept {
   auto& s = *impl_;
+  std::lock_guard<std::mutex> g(s.caches_mu);  // no cache retires while we sum
   std::lock_guard<std::mutex> lk(s.mu);
+  const auto t = s.cache_sums();
   pool_counters c = s.c;
-  c.live_blocks = s.live.size();
-  c.requested_stat = {static_cast<std::int64_t>(s.c.requested), static_cast<std::int64_t>(s.req_peak),
-                      static_cast<std::int64_t>(s.req_total)};
-  c.allocated_stat = {static_cast<std::int64_t>(s.c.allocated), static_cast<std::int64_t>(s.alloc_peak),
-                      static_cast<std::int64_t>(s.alloc_total)};
-  c.blocks_stat = {static_cast<std::int64_t>(s.live.size()), static_cast<std::int64_t>(s.blocks_peak),
-                   static_cast<std::int64_t>(s.blocks_total)};
+  c.requested += t.requested;
+  c.allocated += t.allocated;
+  c.live_blocks = s.live.size() + t.blocks;
+  c.allocations += t.allocations;
+  c.frees += t.frees;
+  c.hits += t.hits;
+  c.local_cached = t.cached;
+  const auto stat = [](std::size_t cur, const std::atomic<std::size_t>& peak, std::uint64_t total) {
+    return stat_value{static_cast<std::int64_t>(cur),
+                      static_cast<std::int64_t>(std::max(cur, peak.load(std::memory_order_relaxed))),
+                      static_cast<std::int64_t>(total)};
+  };
+  c.requested_stat = stat(c.requested, s.req_peak, s.req_total + t.req_total);
+  c.allocated_stat = stat(c.allocated, s.alloc_peak, s.alloc_total + t.alloc_total);
+  c.blocks_stat = stat(c.live_blocks, s.blocks_peak, s.blocks_total + t.blocks_total);
   c.segments = s.segments.size();
-  c.free_blocks = 0;
+  c.free_blocks = t.cached_blocks;
   c.pending_blocks = 0;
   for (auto& [owner, l] : s.lists) {
     c.free_blocks += l.small.size() + l.large.size();

@@ -124,6 +124,7 @@ using detail::free_set;
 // Meanwhile other threads allocate, free and poll as usual.
 std::size_t pool_resource::wait_pending() {
   auto& s = *impl_;
+  s.flush_caches(nullptr);  // Note [Thread caches]: cached blocks become everyone's too
   std::vector<detail::stream_wait> waits;
   {
     std::lock_guard<std::mutex> lk(s.mu);
@@ -143,6 +144,7 @@ std::size_t pool_resource::wait_pending() {
 void pool_resource::forget_stream(stream_ref stream) {
   auto& s = *impl_;
   if (stream == detail::k_any_stream) return;
+  s.flush_caches(stream);  // Note [Thread caches]: no bin may keep the stream
   // Note [Waiting outside the lock]. Frees on the stream that race with its
   // forgetting are covered by another round (the caller stops using it).
   for (;;) {

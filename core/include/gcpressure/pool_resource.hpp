@@ -10,7 +10,10 @@
 // core/src/pool_streams.cpp.
 //
 // Thread safety: all members are thread-safe. From a finalizer: no (takes the
-// pool lock); finalizers queue frees instead (deferred_free_queue).
+// pool lock); finalizers queue frees instead (deferred_free_queue). A pool hit
+// of a request up to 128 KiB on a stream this thread freed such a block on
+// takes only this thread's own cache lock (Note [Thread caches] in
+// core/src/pool_cache.cpp).
 #pragma once
 
 #include <cstddef>
@@ -33,6 +36,9 @@ struct pool_options {
   std::size_t medium_segment = std::size_t{20} << 20;
   std::size_t large_round = std::size_t{2} << 20;         // larger: own segment rounded to this
   std::size_t min_block = 512;                            // rounding of every request
+  // Note [Thread caches] (core/src/pool_cache.cpp): a cache of free blocks
+  // per thread in front of the shared pool, for requests up to 128 KiB.
+  bool thread_caches = true;
 };
 
 struct pool_counters {
@@ -45,6 +51,7 @@ struct pool_counters {
   std::size_t pending_blocks = 0;  // free blocks waiting on an event before cross-stream reuse
   std::size_t releasable = 0;      // cached bytes in wholly free segments (what release_cached() can return)
   std::size_t largest_free = 0;    // the largest free block: the largest request served without a new segment
+  std::size_t local_cached = 0;    // free bytes in per-thread caches (release_cached() flushes them first)
   std::uint64_t hits = 0, upstream_allocations = 0, upstream_frees = 0, upstream_failures = 0;
   std::uint64_t misuse_errors = 0, events_waited = 0;
   std::uint64_t allocations = 0, frees = 0;
@@ -90,6 +97,10 @@ class pool_resource final : public device_resource {
   // deallocate() that reports what it did: the requested size of the block
   // freed, or 0 when `p` was not a live block (misuse, reported).
   std::size_t deallocate_sized(void* p, std::size_t bytes, stream_ref stream) noexcept;
+  // The checked free's one lookup: frees `p` only if it is a live block
+  // allocated with exactly `bytes`. Returns the live block's requested size
+  // (0: not live); the block was freed iff that equals `bytes`.
+  std::size_t free_if_live(void* p, std::size_t bytes, stream_ref stream) noexcept;
 
   pool_counters counters() const noexcept;
   device_resource& upstream() noexcept { return upstream_; }
