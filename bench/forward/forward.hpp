@@ -263,6 +263,7 @@ struct result {
   std::vector<int> headroom_change_iterations;
   std::size_t available_bytes_min = 0;
   std::string first_oom;            // the first out_of_memory message ("" if none)
+  int first_oom_iteration = -1;     // the iteration of first_oom (-1 if none)
   std::string pool_status;          // the library's status table at the end of the loop (since the heap was made)
   std::uint64_t collections_before_loop = 0;  // the policy's collections during set-up (in pool_status, not above)
   std::uint64_t allocations_before_loop = 0;  // device allocations during set-up (likewise)

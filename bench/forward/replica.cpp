@@ -113,7 +113,7 @@ void forward_pass(replica& rp, const options& o, int it, bool last, result& r) {
   } catch (const gcp::out_of_memory& e) {
     ++rp.ooms;
     ++r.ooms;
-    if (r.first_oom.empty()) r.first_oom = e.what();
+    if (r.first_oom.empty()) r.first_oom = e.what(), r.first_oom_iteration = it;
     arr.died(t);
     arr.died(y);
     drop_input();

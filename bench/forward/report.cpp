@@ -226,6 +226,7 @@ std::string to_json(const result& r) {
     j.key("headroom_change_iterations").raw(its + "]");
   }
   j.key("first_oom").raw(r.first_oom.empty() ? std::string("null") : gcp::json_quote(r.first_oom));
+  j.key("first_oom_iteration").raw(r.first_oom_iteration < 0 ? std::string("null") : std::to_string(r.first_oom_iteration));
   j.u("device_count", static_cast<std::uint64_t>(r.device_count)).key("devices").raw(devices(r));
   j.key("exact").raw(exact_keys);
   j.key("bounds").raw(bounds(r));

@@ -199,6 +199,7 @@
          p)))
 
 (define ooms-seen 0)
+(define first-oom #f)  ; the iteration of the first OOM
 (define steady-from (quotient (+ iters 9) 10))  ; after the first 10% of iterations
 (define full-before-steady 0)
 (define any-before-steady 0)
@@ -223,6 +224,7 @@
         (if (eq? status 'oom)
             (begin
               (set! ooms-seen (+ ooms-seen 1))
+              (unless first-oom (set! first-oom i))
               (unless quiet? (format (current-error-port) "iteration ~a: OOM: ~a~%" i msg)))
             (throw key who status msg))))
     (for-each died! inflight)  ; the oracle: what an OOM left behind
@@ -283,6 +285,7 @@
     ("hard_limit_bytes" . ,(json-ref s "hard_limit"))
     ("total_allocated_bytes" . ,(json-ref s "requested" "total"))
     ("ooms_caught" . ,ooms-seen)
+    ("first_oom_iteration" . ,(or first-oom 'null))
     ("finalized_on_guile_finalizer_thread" . ,(assq-ref counters 'finalized-on-other-threads))
     ("bdwgc_collections" . ,(bdwgc-collections))
     ("ladder_full_collections" . ,(json-ref s "ladder" "full_collection"))

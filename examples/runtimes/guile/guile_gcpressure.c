@@ -33,13 +33,14 @@
 
 /* ---- foreign object types ------------------------------------------------ */
 
-/* <gcpressure-heap>: slot 0 the allocator, slot 1 the collector kind, slot 2
+/* <gcpressure-heap>: slot 0 the allocator, slot 1 flags (HEAP_FLAG_*), slot 2
  * nonzero when the memory is CUDA device memory. Heaps are not finalized:
  * arrays may outlive a dropped heap object and still release into it, so the
  * allocator is destroyed only by heap-destroy! (after which array finalizers
  * get GCPRESSURE_ERR_SHUTDOWN from the tombstone and do nothing). */
 static SCM heap_type;
 enum { HEAP_ALLOC = 0, HEAP_KIND, HEAP_DEVICE_MEM };
+enum { HEAP_FLAG_BOEHM = 1, HEAP_FLAG_NATIVE = 2 };
 
 /* <device-array>: slot 0 the allocator, slot 1 the device pointer (callbacks
  * collector) or the gcpressure_buffer* (Boehm collector), slot 2 bytes, slot 3
@@ -254,7 +255,8 @@ static SCM make_heap(SCM backend, SCM hard, SCM soft, SCM policy, SCM collector,
   char js[8192];
   const int device_mem =
       gcpressure_stats_json(a, js, sizeof js, NULL) != GCPRESSURE_OK || !strstr(js, "\"backend\":\"host\"");
-  void* vals[3] = {a, (void*)(uintptr_t)(boehm ? 1 : 0), (void*)(uintptr_t)device_mem};
+  const uintptr_t flags = (boehm ? HEAP_FLAG_BOEHM : 0) | (strstr(js, "\"policy\":\"runtime_native\"") ? HEAP_FLAG_NATIVE : 0);
+  void* vals[3] = {a, (void*)flags, (void*)(uintptr_t)device_mem};
   return scm_make_foreign_object_n(heap_type, 3, vals);
 }
 
@@ -336,7 +338,20 @@ static SCM heap_set_limits(SCM heap, SCM soft, SCM hard) {
 static SCM make_array(SCM heap, SCM bytes_scm) {
   gcpressure_allocator* a = heap_of(heap, "device-array");
   const size_t bytes = scm_to_size_t(bytes_scm);
-  const int boehm = scm_foreign_object_unsigned_ref(heap, HEAP_KIND) != 0;
+  const scm_t_bits kind = scm_foreign_object_unsigned_ref(heap, HEAP_KIND);
+  const int boehm = (kind & HEAP_FLAG_BOEHM) != 0;
+  /* Note [Guile's own mechanism: scm_gc_register_allocation]
+   * Under --policy runtime_native (the library asks for no collection) each
+   * block is reported with scm_gc_register_allocation(bytes) before it is
+   * allocated: Guile's call for memory allocated outside the GC heap.
+   * libguile/gc.c (3.0): it subtracts the bytes from a counter
+   * (bytes_until_gc) and, when that would go below zero, resets it to
+   * GC_get_heap_size() and runs GC_gcollect(): one full collection per
+   * heap-size of registered bytes. Its comment: "the only real way to handle
+   * continuous, high non-GC allocation is to let the GC know about it". No
+   * free counterpart exists. Its collections are Guile's own (counted as
+   * the runtime's); the arrays' finalizers give the blocks back. */
+  if (kind & HEAP_FLAG_NATIVE) scm_gc_register_allocation(bytes);
   const scm_t_bits devmem = scm_foreign_object_unsigned_ref(heap, HEAP_DEVICE_MEM) ? ARR_FLAG_DEVICE_MEM : 0;
   if (boehm) {
     gcpressure_buffer* b = NULL;

@@ -18,7 +18,10 @@
 --     [--trace FILE.csv] [--json] [--quiet] [--check] [--expect-oom] [--skip-without-backend]
 --
 -- --policy explicit_free is the oracle: the loop frees each array with
--- a:free() the moment it dies (no collection runs). The workloads are those of
+-- a:free() the moment it dies (no collection runs). --policy runtime_native
+-- is Lua's own mechanism only: the module calls lua_gc(L, LUA_GCSTEP, KiB)
+-- before each allocation, the library asks for no collection (lua_collector.c,
+-- Note [Lua's own mechanism: LUA_GCSTEP by the allocation's KiB]). The workloads are those of
 -- the C++ loop (bench/forward/workload.cpp, Note [The workloads]):
 --   steady   every iteration allocates the same arrays and drops them all;
 --   promote  as steady, and each array is also kept alive, with probability
@@ -320,7 +323,7 @@ local function blocking_any(st)
   return st.gc.by_kind.blocking_full + (st.gc.blocking_cycles or 0) + (st.gc.runtime_full_collections or 0)
 end
 
-local ooms, steady_base, steady_any, checksum = 0, 0, 0, 0
+local ooms, first_oom, steady_base, steady_any, checksum = 0, nil, 0, 0, 0
 local steady_at = opts.iters // 10
 local t0 = gcpressure.now()
 for it = 0, opts.iters - 1 do
@@ -334,6 +337,7 @@ for it = 0, opts.iters - 1 do
   if not fine then
     if not is_oom(err) then error(err, 0) end
     ooms = ooms + 1
+    first_oom = first_oom or it
     if not opts.quiet then io.stderr:write("iteration ", it, ": ", tostring(err), "\n") end
   end
   for _, a in ipairs(inflight) do died(a) end -- the oracle: what an OOM left behind
@@ -369,7 +373,7 @@ local summary = {
   { "workload", opts.workload },
   { "backend", s.backend },
   { "iterations", opts.iters },
-  { "ooms", ooms },
+  { "ooms", ooms }, { "first_oom_iteration", first_oom },
   { "peak_live_bytes", s.requested.peak },
   { "peak_reserved_bytes", s.reserved.peak },
   { "collections_minor", k.minor },

@@ -317,6 +317,7 @@ static int l_new(lua_State* L) {
   }
   free(json);
   if (!with_collector) snprintf(h->policy, sizeof h->policy, "none");
+  h->native = strcmp(h->policy, "runtime_native") == 0;
   h->on_device = strcmp(h->backend, "host") != 0;
 #ifndef GCPRESSURE_LUA_CUDA
   if (h->on_device) return luaL_error(L, "gcpressure.new: backend %s needs the module built with CUDA", h->backend);
@@ -363,6 +364,7 @@ int lgcp_new_array(lua_State* L, heap* h, size_t n, size_t bytes) {
   lua_setiuservalue(L, -2, 1);
   void* p = NULL;
   gcpressure_status st;
+  if (h->native) lgcp_native_step(L, bytes);
   WITH_THREAD(h, L, st = gcpressure_alloc(h->a, bytes, NULL, &p));
   after_call(L, st, "alloc");
   arr->ptr = p;

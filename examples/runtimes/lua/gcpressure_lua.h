@@ -31,6 +31,7 @@ typedef struct heap {
   int closed;
   int full_phase; /* incremental whole-heap cycle: ends of cycle seen since start_full */
   int at_pause;   /* our last lua_gc call left Lua between cycles (as far as we know) */
+  int native;     /* runtime_native: LUA_GCSTEP by each allocation's KiB (lua_collector.c) */
   char backend[16];
   char policy[32];
   unsigned long long minor_calls, full_calls, step_calls, gc_errors;
@@ -69,6 +70,8 @@ void lgcp_fill_floats(array* a, float v);
 double lgcp_now(void); /* monotonic seconds */
 /* Registers Lua's collector as h's callbacks (raises on failure). */
 void lgcp_register_collector(lua_State* L, heap* h);
+/* Note [Lua's own mechanism: LUA_GCSTEP by the allocation's KiB]. */
+void lgcp_native_step(lua_State* L, size_t bytes);
 /* Switches the whole state's collector to GEN_MODE or INC_MODE (step in KiB; 0: Lua's). */
 void lgcp_set_gc_mode(lua_State* L, int mode, lua_Number step_kb);
 /* Note [Counting Lua's own collections]: the sentinels (idempotent), their

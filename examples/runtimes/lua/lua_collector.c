@@ -199,6 +199,28 @@ unsigned long long lgcp_all_cycles(lua_State* L) {
   return c ? c->cycles : 0;
 }
 
+/* Note [Lua's own mechanism: LUA_GCSTEP by the allocation's KiB]
+ * Under --policy runtime_native (the library asks for no collection) each
+ * allocation of n bytes calls lua_gc(L, LUA_GCSTEP, ceil(n / 1024)) first:
+ * the idiom for memory Lua does not see. Lua 5.4's lapi.c adds that many
+ * KiB to the collector's debt and runs luaC_checkGC, so the block counts as
+ * if Lua had allocated it (manual §4.6 "LUA_GCSTEP: performs an incremental
+ * step of garbage collection, corresponding to the allocation of stepsize
+ * Kbytes"): a young collection when the debt crosses the generational
+ * mode's minor multiplier (20% of the heap), an incremental step otherwise.
+ * Lua never learns about frees: the debt only grows. The collections it
+ * runs are Lua's own (counted as the runtime's, not in a callback), and its
+ * finalizers give blocks back before the allocation drains the queue. */
+void lgcp_native_step(lua_State* L, size_t bytes) {
+  const size_t kb = (bytes + 1023) / 1024;
+  if (!lua_checkstack(L, 4)) return;
+  lua_pushcfunction(L, protected_gc);
+  lua_pushinteger(L, LUA_GCSTEP);
+  lua_pushinteger(L, kb > INT32_MAX ? INT32_MAX : (lua_Integer)kb);
+  if (lua_pcall(L, 2, 1, 0) != LUA_OK) lua_pop(L, 1); /* a memory error in a finalizer's set-up */
+  else lua_pop(L, 1);
+}
+
 static int gc_in_callback(heap* h, int what, int data) {
   gc_counts* c = h->L ? state_counts(h->L) : NULL;
   if (c) ++c->callbacks_running;
