@@ -761,7 +761,7 @@ static void test_contract(void) {
   o.soft_limit = "16MiB";
   gcpressure_allocator* a = NULL;
   CHECK_ST(gcpressure_create(&o, &a), GCPRESSURE_ERR_INVALID);
-  CHECK_ERR_HAS("above the hard limit");
+  CHECK_ERR_HAS("soft limit above hard limit (soft 16.00 MiB, hard 8.00 MiB)");
   CHECK(a == NULL);
   o.soft_limit = "80%"; /* of the 64 MiB device: 51 MiB */
   CHECK_ST(gcpressure_create(&o, &a), GCPRESSURE_ERR_INVALID);

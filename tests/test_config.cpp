@@ -13,6 +13,7 @@
 #include "gcpressure/allocator.hpp"
 #include "gcpressure/config.hpp"
 #include "gcpressure/error.hpp"
+#include "gcpressure/policy.hpp"
 #include "gcpressure/types.hpp"
 #include "test_support.hpp"
 
@@ -337,12 +338,11 @@ TEST(OptionsTable, ListsEveryVariable) {
 // The README's configuration table documents exactly this table: the same
 // variables with the same defaults.
 TEST(OptionsTable, MatchesTheReadme) {
-  const std::string here = __FILE__;
-  const std::size_t cut = here.rfind("tests/test_config.cpp");
-  if (cut == std::string::npos || here.front() != '/') GTEST_SKIP() << "source path unknown: " << here;
-  std::ifstream readme(here.substr(0, cut) + "README.md");
-  if (!readme) GTEST_SKIP() << "README.md not next to the sources";
+  // CMake's absolute path (ccache's CCACHE_BASEDIR makes __FILE__ relative).
+  std::ifstream readme(GCPRESSURE_README);
+  ASSERT_TRUE(readme) << "cannot read " << GCPRESSURE_README;
   std::map<std::string, std::string> documented;  // variable -> default, backticks removed
+  std::map<std::string, std::string> meanings;    // variable -> its meaning cell
   bool in_section = false;  // rows of the "## Configuration" section only
   for (std::string line; std::getline(readme, line);) {
     if (line.rfind("## ", 0) == 0) in_section = line == "## Configuration";
@@ -356,14 +356,23 @@ TEST(OptionsTable, MatchesTheReadme) {
       const std::size_t b = clean.find_first_not_of(' '), e = clean.find_last_not_of(' ');
       cells.push_back(b == std::string::npos ? "" : clean.substr(b, e - b + 1));
     }
-    ASSERT_GE(cells.size(), 2u) << line;
+    ASSERT_GE(cells.size(), 3u) << line;
     documented[cells[0]] = cells[1];
+    meanings[cells[0]] = cells[2];
   }
   std::size_t rows = 0;
   for (const option_info* t = options_table(); t->env; ++t, ++rows) {
     ASSERT_TRUE(documented.count(t->env)) << t->env << " is missing from README.md's configuration table";
     EXPECT_EQ(documented[t->env], t->default_value) << t->env << ": README.md and options_table() disagree";
+    // The names a user writes: every backend name and alias, every policy.
+    if (t->kind == option_kind::backend) {
+      for (const char* name : {"auto", "host", "cuda", "cuda_async", "cuda_sync", "cuda-async"}) {
+        EXPECT_TRUE(contains(meanings[t->env], name)) << t->env << ": README.md does not name " << name;
+      }
+    }
   }
+  for (const char* const* p = policy_names(); *p; ++p)
+    EXPECT_TRUE(contains(meanings["GCPRESSURE_POLICY"], *p)) << "README.md's GCPRESSURE_POLICY row lacks " << *p;
   EXPECT_EQ(documented.size(), rows) << "README.md documents a variable options_table() does not have";
 }
 
@@ -418,7 +427,7 @@ TEST(Backend, BadNameListsTheVocabulary) {
     (void)parse_backend("gpu", "--backend");
     ADD_FAILURE() << "accepted";
   } catch (const gcpressure::logic_error& e) {
-    for (const char* word : {"--backend", "'gpu'", "auto", "host", "cuda (cudaMalloc)", "cuda_async (cudaMallocAsync)"})
+    for (const char* word : {"--backend", "'gpu'", "auto", "host", "cuda (cudaMalloc; alias cuda_sync)", "cuda_async (cudaMallocAsync)"})
       EXPECT_TRUE(contains(e.what(), word)) << word << " missing: " << e.what();
   }
 }
@@ -625,4 +634,66 @@ TEST(ErrorMessages, LibraryErrorsNameTheFileRelativeToTheTree) {
   EXPECT_EQ(detail::source_name("/somewhere/else/file.cpp"), "file.cpp");
   EXPECT_EQ(detail::source_name("relative/file.cpp"), "relative/file.cpp");
   EXPECT_EQ(detail::source_name(""), "");
+}
+
+// --- set_option: the one way text becomes an option ---------------------------------
+
+TEST(SetOption, EveryRowParsesItsDefaultOrAGoodValue) {
+  const std::map<std::string, std::string> good = {
+      {"backend", "cuda_sync"}, {"device", "3"},          {"devices", "0, 1"},  {"host_capacity", "64 MB"},
+      {"host_shared", "/tmp/x"}, {"soft_limit", "80%avail"}, {"hard_limit", "1GB"}, {"pool", "off"},
+      {"async_release_threshold", "0"}, {"policy", "at_limit"}, {"gc_budget", "0.5"}, {"every_n", "7"},
+      {"verbose", "yes"}};
+  std::size_t rows = 0;
+  for (const option_info* t = options_table(); t->env; ++t, ++rows) {
+    SCOPED_TRACE(t->name);
+    ASSERT_TRUE(good.count(t->name)) << "no good value for a new row";
+    config c;
+    EXPECT_NO_THROW(set_option(c, t->name, good.at(t->name)));
+    EXPECT_EQ(find_option(t->env), t) << "the variable's name finds the row";
+    EXPECT_EQ(find_option(t->name), t);
+  }
+  EXPECT_EQ(rows, good.size());
+  config c;
+  set_option(c, "hard_limit", "1GB");
+  EXPECT_EQ(c.hard_limit.bytes, GiB) << "GB is binary, as everywhere";
+  set_option(c, "backend", "cuda_sync");
+  EXPECT_EQ(c.backend, backend_choice::cuda);
+  set_option(c, "GCPRESSURE_BACKEND", "CUDA-ASYNC");
+  EXPECT_EQ(c.backend, backend_choice::cuda_async);
+  set_option(c, "async_release_threshold", "0");
+  EXPECT_EQ(c.async_release_threshold, 0u);
+  set_option(c, "pool", "off");
+  EXPECT_FALSE(c.pool);
+  options o;
+  set_option(o, "every_n", "7");
+  ASSERT_TRUE(o.every_n.has_value());
+  EXPECT_EQ(*o.every_n, 7);
+}
+
+TEST(SetOption, UnknownNameListsTheNames) {
+  config c;
+  try {
+    set_option(c, "hard_limt", "1GiB");
+    ADD_FAILURE() << "accepted";
+  } catch (const gcpressure::logic_error& e) {
+    EXPECT_TRUE(contains(e.what(), "unknown option 'hard_limt'")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "hard_limit")) << e.what();
+  }
+}
+
+TEST(SetOption, JunkBooleanIsAnError) {
+  config c;
+  EXPECT_THROW(set_option(c, "verbose", "maybe"), gcpressure::logic_error);
+  EXPECT_THROW(set_option(c, "pool", "2"), gcpressure::logic_error);
+}
+
+TEST(SetOption, ErrorsNameTheCallersSpellingAndNothingElse) {
+  config c;
+  try {
+    set_option(c, "gc_budget", "2", "--gc-budget");
+    ADD_FAILURE() << "accepted";
+  } catch (const gcpressure::logic_error& e) {
+    EXPECT_STREQ(e.what(), "gcpressure: invalid value for --gc-budget: '2' (expected a number in (0, 1])");
+  }
 }

@@ -75,7 +75,7 @@ std::string usage() {
       "\n"
       "  --backend         cuda_async (cudaMallocAsync; the default when a GPU is usable),\n"
       "                    cuda (cudaMalloc; cuda_sync is an alias), host (simulated device,\n"
-      "                    CPU SGEMM) or auto - the names of GCPRESSURE_BACKEND\n"
+      "                    CPU SGEMM) or auto - the names of GCPRESSURE_BACKEND, as it reads them\n"
       "  --policy          collection policy (default pressure); explicit_free frees every array\n"
       "                    itself the moment it dies (the oracle). A comma list or 'all' runs\n"
       "                    each in turn in this process (one host heap), one result per run\n"
@@ -92,9 +92,11 @@ std::string usage() {
       "  --layers/--d/--batch  model shape (default 4 layers, d=256, batch=32)\n"
       "  --host-heap-mib N live host heap of 64-byte linked GC objects (default 0)\n"
       "  --host-allocs N   small host GC allocations per iteration, all garbage (default 300)\n"
-      "  --hard-limit SIZE device memory limit: bytes, 512MiB-style or % of device memory\n"
-      "                    (default 50% on CUDA; 256MiB on host)\n"
-      "  --soft-limit SIZE the policy's target (default 75% of the hard limit)\n"
+      "  --hard-limit SIZE device memory limit: bytes, 512MiB / \"64 MB\" (binary units) or % of\n"
+      "                    device memory; forward_loop's default is 50% on CUDA and 256MiB on\n"
+      "                    host (the library's own default, for other programs, is 100%)\n"
+      "  --soft-limit SIZE the policy's target (default 75% of the hard limit; above the hard\n"
+      "                    limit is an error)\n"
       "  --host-capacity SIZE  simulated device size on the host backend (default " + capacity + ")\n"
       "  --devices N       data-parallel replicas of the model, one per device (default 1): CUDA\n"
       "                    devices 0..N-1, or N simulated devices of --host-capacity on the host\n"
@@ -122,8 +124,9 @@ std::string usage() {
       "  --verbose         the policy's per-collection lines on stderr\n"
       "  --version         the library's version and the backends this build has\n"
       "\n"
-      "GCPRESSURE_* environment variables (backend, limits, policy, budget, every_n, verbose,\n"
-      "host capacity) set defaults; flags override them. A bad variable is an error of its own.\n"
+      "Every GCPRESSURE_* variable of the library (README.md, Configuration) sets a default;\n"
+      "flags override them (--devices N over GCPRESSURE_DEVICE(S)). A bad variable is an error\n"
+      "of its own, with the message a bad flag of the same value gets.\n"
       "GCPRESSURE_HOST_SHARED=FILE shares the host backend's capacity with other processes, and\n"
       "limits such as 80%avail follow the memory they leave (docs/DESIGN.md, Other tenants).\n"
       "\n"
@@ -146,14 +149,20 @@ gcp::size_spec default_hard_limit(bool cuda) {
 
 namespace {
 
+// Note [One error per bad value] (core/src/config_detail.hpp): the flags
+// that are options parse with the options table's parsers, so a bad value
+// gets the message its GCPRESSURE_* variable would, naming the flag.
+template <class F>
+auto lib(F&& parse) -> decltype(parse()) {
+  try {
+    return parse();
+  } catch (const gcp::logic_error& e) {
+    throw usage_error(e.what());
+  }
+}
+
 long to_long(const std::string& flag, const std::string& v, long lo, long hi) {
-  char* end = nullptr;
-  errno = 0;
-  const long x = std::strtol(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || errno == ERANGE) throw usage_error(flag + ": expected an integer, got '" + v + "'");
-  if (x < lo || x > hi)
-    throw usage_error(flag + ": " + v + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  return x;
+  return lib([&] { return gcp::parse_integer(v, flag, lo, hi); });
 }
 
 double to_double(const std::string& flag, const std::string& v, double lo, double hi) {
@@ -165,23 +174,14 @@ double to_double(const std::string& flag, const std::string& v, double lo, doubl
   return x;
 }
 
-gcp::size_spec to_size(const std::string& flag, const std::string& v) {
-  try {
-    return gcp::parse_size(v, flag);
-  } catch (const gcp::logic_error& e) {
-    throw usage_error(e.what());
-  }
-}
-
 // The library's names: host | cuda (cudaMalloc) | cuda_async; "" = auto.
-std::string to_backend(const std::string& v) {
-  if (v == "auto") return "";
-  if (v == "cuda_sync") return "cuda";
-  if (v == "host" || v == "cuda" || v == "cuda_async") return v;
-  throw usage_error("--backend: expected auto, host, cuda, cuda_async or cuda_sync, got '" + v + "'");
+std::string to_backend(const std::string& flag, const std::string& v) {
+  const gcp::backend_choice b = lib([&] { return gcp::parse_backend(v, flag); });
+  return b == gcp::backend_choice::automatic ? std::string() : std::string(gcp::to_string(b));
 }
 
-// Defaults from the library's environment variables, where set.
+// Defaults from the library's environment variables, where set: every option
+// of the table applies (Note [The environment is the default layer]).
 void apply_env(options& o) {
   gcp::config c;
   try {
@@ -189,19 +189,19 @@ void apply_env(options& o) {
   } catch (const gcp::logic_error& e) {
     throw environment_error(e.what());
   }
-  auto set = [](const char* name) { return std::getenv(name) != nullptr; };
-  if (set("GCPRESSURE_BACKEND")) {
-    switch (c.backend) {
-      case gcp::backend_choice::automatic: o.backend.clear(); break;
-      case gcp::backend_choice::host: o.backend = "host"; break;
-      case gcp::backend_choice::cuda: o.backend = "cuda"; break;
-      case gcp::backend_choice::cuda_async: o.backend = "cuda_async"; break;
-    }
+  auto set = [](const char* name) { return std::getenv(name) != nullptr && *std::getenv(name); };
+  if (set("GCPRESSURE_BACKEND"))
+    o.backend = c.backend == gcp::backend_choice::automatic ? std::string() : gcp::to_string(c.backend);
+  if (set("GCPRESSURE_DEVICES") || set("GCPRESSURE_DEVICE")) {
+    o.device_ordinals = c.device_list();
+    o.devices = static_cast<int>(o.device_ordinals.size());
   }
   if (set("GCPRESSURE_HOST_CAPACITY")) o.host_capacity = c.host_capacity;
   if (set("GCPRESSURE_HOST_SHARED")) o.host_shared = c.host_shared;
   if (set("GCPRESSURE_HARD_LIMIT")) o.hard_limit = c.hard_limit;
   if (set("GCPRESSURE_SOFT_LIMIT")) o.soft_limit = c.soft_limit;
+  if (set("GCPRESSURE_POOL")) o.pool = c.pool;
+  if (set("GCPRESSURE_ASYNC_RELEASE_THRESHOLD")) o.async_release_threshold = c.async_release_threshold;
   if (set("GCPRESSURE_POLICY")) o.policy = c.policy;
   if (set("GCPRESSURE_GC_BUDGET")) o.gc_budget = c.gc_budget;
   if (set("GCPRESSURE_EVERY_N")) o.every_n = c.every_n;
@@ -210,7 +210,7 @@ void apply_env(options& o) {
 
 // One flag with its value (the caller has checked the name is known).
 void apply_flag(options& o, const std::string& a, const std::string& v) {
-  if (a == "--backend") o.backend = to_backend(v);
+  if (a == "--backend") o.backend = to_backend(a, v);
   else if (a == "--policy") o.policy = v;
   else if (a == "--workload") o.workload = v;
   else if (a == "--reps") o.reps = static_cast<int>(to_long(a, v, 1, 1000));
@@ -220,14 +220,15 @@ void apply_flag(options& o, const std::string& a, const std::string& v) {
   else if (a == "--batch") o.batch = static_cast<int>(to_long(a, v, 1, 1 << 20));
   else if (a == "--host-heap-mib") o.host_heap_mib = static_cast<std::size_t>(to_long(a, v, 0, 1 << 20));
   else if (a == "--sync-every") o.sync_every = static_cast<int>(to_long(a, v, 0, 1 << 30));
-  else if (a == "--devices") o.devices = static_cast<int>(to_long(a, v, 1, 64));
+  else if (a == "--devices") {
+    o.devices = static_cast<int>(to_long(a, v, 1, 64));
+    o.device_ordinals.clear();  // the flag wins over GCPRESSURE_DEVICE(S): devices 0..N-1
+  }
   else if (a == "--host-allocs") o.host_allocs = static_cast<int>(to_long(a, v, 0, 1 << 24));
-  else if (a == "--hard-limit") o.hard_limit = to_size(a, v);
-  else if (a == "--soft-limit") o.soft_limit = to_size(a, v);
-  else if (a == "--host-capacity") {
-    o.host_capacity = to_size(a, v).bytes;
-    if (!o.host_capacity) throw usage_error("--host-capacity: must be bytes, not a percentage");
-  } else if (a == "--gc-budget") o.gc_budget = to_double(a, v, 1e-6, 1.0);
+  else if (a == "--hard-limit") o.hard_limit = lib([&] { return gcp::parse_size(v, a); });
+  else if (a == "--soft-limit") o.soft_limit = lib([&] { return gcp::parse_size(v, a); });
+  else if (a == "--host-capacity") o.host_capacity = lib([&] { return gcp::parse_bytes(v, a); });
+  else if (a == "--gc-budget") o.gc_budget = lib([&] { return gcp::parse_fraction(v, a, 0, 1); });
   else if (a == "--every-n") o.every_n = static_cast<int>(to_long(a, v, 1, 1 << 30));
   else if (a == "--promote-share") o.promote_share = to_double(a, v, 0, 1);
   else if (a == "--burst-every") o.burst_every = static_cast<int>(to_long(a, v, 1, 1 << 30));
@@ -285,10 +286,7 @@ options parse_args(int argc, char** argv, bool* help, options o) {
       throw usage_error("unknown argument '" + std::string(argv[i]) + "'");
     }
   }
-  for (const auto& p : split(o.policy, gcp::policy_names()))
-    if (!gcp::is_policy_name(p))
-      throw usage_error("--policy: unknown policy '" + p + "' (expected " + gcp::policy_names_text(", ") +
-                        " or all)");
+  for (const auto& p : split(o.policy, gcp::policy_names())) lib([&] { return gcp::parse_policy(p, "--policy"); });
   for (const auto& w : split(o.workload, workload_names()))
     if (!in_list(workload_names(), w))
       throw usage_error("--workload: unknown workload '" + w + "' (expected " + joined(workload_names(), ", ") +

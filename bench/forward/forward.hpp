@@ -78,6 +78,11 @@ struct options {
   // host_capacity on the host backend, each with the same limits; one policy
   // over all of them.
   int devices = 1;
+  // The devices' ordinals (GCPRESSURE_DEVICES, or GCPRESSURE_DEVICE alone);
+  // empty: 0..devices-1. --devices N clears it (the flag wins).
+  std::vector<int> device_ordinals;
+  bool pool = true;                     // GCPRESSURE_POOL: the library's pool caches freed blocks
+  std::size_t async_release_threshold = 0;  // GCPRESSURE_ASYNC_RELEASE_THRESHOLD (cuda_async backend)
   std::string host_shared;          // host backend: GCPRESSURE_HOST_SHARED (a capacity shared with other processes)
   double gc_budget = 0.05;
   int every_n = 1;

@@ -188,6 +188,11 @@ struct loop_state {
   loop_state(const options& opts, std::FILE* p) : o(opts), progress(p) {}
 };
 
+// The device ordinal of replica k.
+int ordinal(const options& o, int k) {
+  return o.device_ordinals.empty() ? k : o.device_ordinals[static_cast<std::size_t>(k)];
+}
+
 // Options -> one allocator per replica's device, and the policy.
 std::vector<gcp::allocator_options> device_options(const options& o, bool cuda) {
   gcp::allocator_options ao;
@@ -197,8 +202,10 @@ std::vector<gcp::allocator_options> device_options(const options& o, bool cuda) 
   ao.host_shared = o.host_shared;
   ao.hard_limit = o.hard_limit.is_set() ? o.hard_limit : default_hard_limit(cuda);
   ao.soft_limit = o.soft_limit;
+  ao.pool = o.pool;
+  ao.async_release_threshold = o.async_release_threshold;
   std::vector<gcp::allocator_options> v(static_cast<std::size_t>(o.devices), ao);
-  for (int k = 0; k < o.devices; ++k) v[static_cast<std::size_t>(k)].device = k;
+  for (int k = 0; k < o.devices; ++k) v[static_cast<std::size_t>(k)].device = ordinal(o, k);
   return v;
 }
 
@@ -207,9 +214,12 @@ std::vector<gcp::allocator_options> device_options(const options& o, bool cuda) 
 void configure(loop_state& s, const host_heap* heap) {
   const options& o = s.o;
   s.cuda = o.backend.empty() ? gcp::cuda_available() : o.backend != "host";
-  if (s.cuda && o.devices > 1 && o.devices > gcp::cuda_device_count())
-    GCPRESSURE_FAIL("forward_loop: --devices " + std::to_string(o.devices) + " needs as many CUDA devices, but " +
-                    std::to_string(gcp::cuda_device_count()) + " are usable");
+  if (s.cuda && !gcp::cuda_available()) throw gcp::logic_error(gcp::no_cuda_device_message("--backend"));
+  int top = 0;  // the highest ordinal asked for
+  for (int k = 0; k < o.devices; ++k) top = std::max(top, ordinal(o, k));
+  if (s.cuda && top >= gcp::cuda_device_count())
+    throw gcp::logic_error("device " + std::to_string(top) + " asked for (--devices or GCPRESSURE_DEVICE(S)), but " +
+                           std::to_string(gcp::cuda_device_count()) + " CUDA device(s) are usable");
   const std::vector<gcp::allocator_options> ao = device_options(o, s.cuda);
   gcp::policy_options po;
   po.gc_budget = o.gc_budget;
@@ -236,7 +246,7 @@ void configure(loop_state& s, const host_heap* heap) {
   // A clean start, outside the measurement: garbage of earlier runs (and the
   // host heap's first marking) is not this run's work.
   GC_gcollect();
-  for (int k = 0; k < o.devices; ++k) s.comps.push_back(make_compute(s.cuda, k));
+  for (int k = 0; k < o.devices; ++k) s.comps.push_back(make_compute(s.cuda, ordinal(o, k)));
   s.dh = std::make_unique<boehm::device_heap>(ao, o.policy, po);
   r.hard_limit = s.dh->allocator(0).hard_limit();
   r.soft_limit = s.dh->allocator(0).soft_limit();

@@ -54,6 +54,7 @@ struct nopool_table {
 };
 
 std::unique_ptr<device_resource> make_resource(const allocator_options& o) {
+  if (o.backend != backend_kind::host && !cuda_available()) throw logic_error(no_cuda_device_message("backend"));
   switch (o.backend) {
     case backend_kind::host: {
       // One shared simulated device per device number, as each GPU's memory is its own.
@@ -65,6 +66,11 @@ std::unique_ptr<device_resource> make_resource(const allocator_options& o) {
     case backend_kind::cuda_async: return std::make_unique<cuda_async_resource>(o.device, o.async_release_threshold);
   }
   GCPRESSURE_FAIL("make_resource: unknown backend");
+}
+
+std::string no_cuda_device_message(std::string_view option) {
+  return "gcpressure: no usable CUDA device (" + std::string(cuda_unavailable_reason()) + "); use " +
+         std::string(option) + " host or auto";
 }
 
 allocator_options allocator_options::from_config(const config& c) {
@@ -115,6 +121,11 @@ void device_allocator::build_stack(device_resource& upstream) {
   GCPRESSURE_EXPECTS(hard > 0, "device_allocator: the hard limit resolves to 0 bytes (hard limit " +
                                    opts_.hard_limit.to_string() + ", device " + format_bytes(m.free) + " free of " +
                                    format_bytes(m.total) + ")");
+  // Note [Soft above hard] (config.hpp): a fixed soft limit above the hard
+  // one is rejected; one that follows the available memory is kept under the
+  // hard limit as the memory moves (resolve_limits).
+  if (opts_.soft_limit.is_set() && !opts_.soft_limit.of_available && soft > hard)
+    throw logic_error(soft_above_hard_message(soft, hard));
   limiter_ = std::make_unique<limiting_adaptor>(*upstream_, hard);
   soft_limit_.store(std::min(soft, hard));
   hard_follows_ = opts_.hard_limit.is_set() && opts_.hard_limit.of_available;

@@ -13,6 +13,9 @@ namespace {
 
 bool cuda_available() noexcept { return false; }
 int cuda_device_count() noexcept { return 0; }
+const char* cuda_unavailable_reason() noexcept {
+  return "this build of gcpressure has no CUDA: GCPRESSURE_WITH_CUDA=OFF";
+}
 
 stream_ref cuda_stream_create() { no_cuda(); }
 void cuda_stream_destroy(stream_ref) noexcept {}

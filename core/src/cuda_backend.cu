@@ -81,7 +81,7 @@ cudaStream_t as_stream(stream_ref s) noexcept { return static_cast<cudaStream_t>
 
 void require_device(int device) {
   const int n = cuda_device_count();
-  if (n == 0) GCPRESSURE_FAIL("no usable CUDA device (cuda_available() is false)");
+  if (n == 0) throw logic_error(no_cuda_device_message("backend"));
   if (device < 0 || device >= n)
     GCPRESSURE_FAIL("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(n) +
                     " device(s))");
@@ -227,18 +227,37 @@ class cuda_events final : public stream_ops {
 
 bool cuda_available() noexcept { return cuda_device_count() > 0; }
 
-int cuda_device_count() noexcept {
-  // Asked once: without a driver every call would re-probe and fail again.
-  static const int count = [] {
+namespace {
+
+// Asked once: without a driver every call would re-probe and fail again.
+struct cuda_probe {
+  int count = 0;
+  std::string reason;  // why none is usable: the driver's words
+};
+
+const cuda_probe& probe() noexcept {
+  static const cuda_probe p = [] {
+    cuda_probe r;
     int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
       (void)cudaGetLastError();
+      r.reason = cudaGetErrorString(e);
       n = 0;
+    } else if (n == 0) {
+      r.reason = "the driver lists no device";
     }
-    return n;
+    r.count = n;
+    return r;
   }();
-  return count;
+  return p;
 }
+
+}  // namespace
+
+int cuda_device_count() noexcept { return probe().count; }
+
+const char* cuda_unavailable_reason() noexcept { return probe().reason.c_str(); }
 
 stream_ref cuda_stream_create() {
   cudaStream_t s = nullptr;

@@ -370,7 +370,7 @@ GCP_EXPORT int gcp_torch_set_limits(int device, size_t soft, size_t hard) {
     device_allocator& a = *slot(device).alloc;
     const size_t h = hard ? hard : a.hard_limit();
     size_t s = soft ? soft : a.soft_limit();
-    if (soft && s > h) return fail("gcp_torch_set_limits: soft limit above hard limit");
+    if (soft && s > h) return fail(soft_above_hard_message(s, h));  // Note [Soft above hard]
     a.set_hard_limit(h);
     a.set_soft_limit(std::min(s, h));
     return 0;

@@ -5,6 +5,7 @@
 // which attach the library to the interpreter and detach it at exit. The
 // state they write is torch_state.hpp's globals; the CPython side they
 // configure is torch_python.cpp.
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -54,21 +55,20 @@ GCP_EXPORT int gcp_torch_init(const char* backend, const char* soft_limit, const
       if (existing(d)) return fail("gcp_torch_init: too late, the allocator has already allocated");
     ensure_configured_locked(g);
     settings s = g.s;
-    if (backend) s.cfg.backend = parse_backend(backend, "gcp_torch_init backend");  // throws, naming it
+    // The options table's parsers: the messages of the GCPRESSURE_* variables.
+    if (backend) set_option(s.cfg, "backend", backend);
     if (s.cfg.backend == backend_choice::automatic)
       s.cfg.backend = cuda_available() ? backend_choice::cuda_async : backend_choice::host;
-    if (soft_limit) s.cfg.soft_limit = parse_size(soft_limit, "soft_limit");
-    if (hard_limit) s.cfg.hard_limit = parse_size(hard_limit, "hard_limit");
-    if (policy) {
-      if (!is_policy_name(policy))
-        return fail(std::string("gcp_torch_init: unknown policy '") + policy + "' (expected " +
-                    policy_names_text(", ", " or ") + ")");
-      s.cfg.policy = policy;
+    if (soft_limit) set_option(s.cfg, "soft_limit", soft_limit);
+    if (hard_limit) set_option(s.cfg, "hard_limit", hard_limit);
+    if (policy) set_option(s.cfg, "policy", policy);
+    if (gc_budget != 0) {  // 0: unset
+      char text[40];
+      std::snprintf(text, sizeof text, "%.17g", gc_budget);
+      set_option(s.cfg, "gc_budget", text);
     }
-    if (gc_budget < 0 || gc_budget > 1) return fail("gcp_torch_init: gc_budget must be in [0, 1]");
-    if (gc_budget > 0) s.cfg.gc_budget = gc_budget;
     if ((s.cfg.backend == backend_choice::cuda || s.cfg.backend == backend_choice::cuda_async) && !cuda_available())
-      return fail("gcp_torch_init: a CUDA backend was asked for, but no CUDA device is usable");
+      return fail(no_cuda_device_message("backend"));
     g.s = s;
     if (g.collector) configure_python_collector(g.s);
     return 0;
@@ -76,7 +76,6 @@ GCP_EXPORT int gcp_torch_init(const char* backend, const char* soft_limit, const
 }
 
 // Options outside gcp_torch_init (before the first allocation, except "oom"):
-//   host_capacity  simulated device size of the host backend ("1GiB")
 //   gil_wait       seconds a handed-off collection is waited for (default 1)
 //   minor_generation  "auto" (default: 0, and 1 every gen1_every-th), "0", "1", "2" (every minor
 //                  is a whole-heap gc.collect(): Note [A minor promotes the owner it runs beside]
@@ -84,8 +83,8 @@ GCP_EXPORT int gcp_torch_init(const char* backend, const char* soft_limit, const
 //   gen1_every     see above (default 4)
 //   handoff        "helper" (default) or "pending" (Py_AddPendingCall)
 //   oom            "throw" (default) or "null"  (Note [Out of memory])
-//   every_n        the every_iteration policy's N
-//   verbose        "1": one stderr line per collection
+//   every_n, verbose, host_capacity, pool, ... any option of the options
+//                  table (config.hpp), parsed as its GCPRESSURE_* variable is
 //   capture_check  "on" (default): every allocation asks whether its stream
 //                  is capturing a CUDA graph (Note [Graph capture]);
 //                  "announced": only while a capture announced by the Python
@@ -106,9 +105,8 @@ GCP_EXPORT int gcp_torch_set_option(const char* key, const char* value) {
       return 0;
     }
     if (allocated) return fail("gcp_torch_set_option: '" + k + "' only before the first allocation");
-    if (k == "host_capacity") {
-      g.s.cfg.host_capacity = parse_size(v, "host_capacity").bytes;
-      if (!g.s.cfg.host_capacity) return fail("gcp_torch_set_option: host_capacity must be a size in bytes");
+    if (find_option(k)) {
+      set_option(g.s.cfg, k, v);  // a row of the options table: its parser, its message
     } else if (k == "gil_wait") {
       g.s.gil_wait = std::stod(v);
       if (!(g.s.gil_wait >= 0 && g.s.gil_wait <= 600)) return fail("gcp_torch_set_option: gil_wait in [0, 600] s");
@@ -124,16 +122,11 @@ GCP_EXPORT int gcp_torch_set_option(const char* key, const char* value) {
     } else if (k == "handoff") {
       if (v != "helper" && v != "pending") return fail("gcp_torch_set_option: handoff must be helper or pending");
       g.s.pending_handoff = v == "pending";
-    } else if (k == "every_n") {
-      g.s.cfg.every_n = std::stoi(v);
-      if (g.s.cfg.every_n < 1) return fail("gcp_torch_set_option: every_n must be >= 1");
     } else if (k == "capture_check") {
       if (v == "on") g.s.capture_check = capture_check_mode::on;
       else if (v == "announced") g.s.capture_check = capture_check_mode::announced;
       else if (v == "off") g.s.capture_check = capture_check_mode::off;
       else return fail("gcp_torch_set_option: capture_check must be on, announced or off");
-    } else if (k == "verbose") {
-      g.s.cfg.verbose = v == "1" || v == "true";
     } else {
       return fail("gcp_torch_set_option: unknown option '" + k + "'");
     }

@@ -24,8 +24,11 @@
 #include "gcpressure/cuda_resource.hpp"
 #include "gcpressure/error.hpp"
 #include "gcpressure/policy.hpp"
+#include "c_api_internal.hpp"
 
 using namespace gcpressure;
+using gcpressure::c_detail::fail;
+using gcpressure::c_detail::guarded;
 
 namespace {
 
@@ -43,10 +46,6 @@ int enum_value(const E& e) noexcept {
   return static_cast<int>(v);
 }
 
-gcpressure_status fail(gcpressure_status s, std::string msg) {
-  t_error = std::move(msg);
-  return s;
-}
 
 // Note [No nested collections]: a callback may run runtime code (a
 // finalizer) that allocates; the policy calls every callback inside its
@@ -147,6 +146,11 @@ class callback_collector final : public collector {
 
 }  // namespace
 
+gcpressure_status c_detail::fail(gcpressure_status s, std::string msg) {
+  t_error = std::move(msg);
+  return s;
+}
+
 // Note [C handles over several devices]
 // gcpressure_create returns the group's handle (device index 0); with
 // several devices (options.devices, GCPRESSURE_DEVICES) it also owns one
@@ -188,29 +192,6 @@ gcpressure_status check(gcpressure_allocator* a) {
   return GCPRESSURE_OK;
 }
 
-// The devices field arrived in API version 3: read only if struct_size covers it.
-const char* devices_field(const gcpressure_options& o) {
-  return o.struct_size >= offsetof(gcpressure_options, devices) + sizeof(o.devices) ? o.devices : nullptr;
-}
-
-gcpressure_status status_of(detail::error_class k) noexcept {
-  switch (k) {
-    case detail::error_class::invalid: return GCPRESSURE_ERR_INVALID;
-    case detail::error_class::out_of_memory: return GCPRESSURE_ERR_OOM;
-    case detail::error_class::cuda: return GCPRESSURE_ERR_CUDA;
-    case detail::error_class::internal: return GCPRESSURE_ERR_INTERNAL;
-  }
-  return GCPRESSURE_ERR_INTERNAL;
-}
-
-// Note [Errors at a C boundary]
-template <class F>
-gcpressure_status guarded(F&& f) noexcept {
-  return detail::call_at_c_boundary(std::forward<F>(f), [](detail::caught_error e) {
-    return fail(status_of(e.kind), std::move(e.message));
-  });
-}
-
 #define GCP_CHECK(a)                                  \
   do {                                                \
     gcpressure_status st_ = check(a);                 \
@@ -236,44 +217,9 @@ gcpressure_status policy_hint(gcpressure_allocator* a, const char* what, F&& f) 
   });
 }
 
-// Note [C options over the environment]: a field left as
-// gcpressure_options_init made it (NULL, 0, device -1, BACKEND_AUTO) is
-// unset, so the GCPRESSURE_* variable, then the built-in default, applies.
-gcpressure_status read_options(const gcpressure_options& o, options& out) {
-  switch (enum_value(o.backend)) {
-    case GCPRESSURE_BACKEND_AUTO: break;
-    case GCPRESSURE_BACKEND_HOST: out.backend = backend_choice::host; break;
-    case GCPRESSURE_BACKEND_CUDA: out.backend = backend_choice::cuda; break;
-    case GCPRESSURE_BACKEND_CUDA_ASYNC: out.backend = backend_choice::cuda_async; break;
-    default: return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: unknown backend");
-  }
-  if (o.device < -1) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: negative device");
-  if (o.device >= 0) out.device = o.device;
-  if (o.host_capacity) out.host_capacity = o.host_capacity;
-  if (o.soft_limit) out.soft_limit = parse_size(o.soft_limit, "options.soft_limit");
-  if (o.hard_limit) out.hard_limit = parse_size(o.hard_limit, "options.hard_limit");
-  if (o.policy) out.policy = o.policy;
-  if (!(o.gc_budget >= 0 && o.gc_budget <= 1))
-    return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: gc_budget must be in [0, 1]");
-  if (o.gc_budget > 0) out.gc_budget = o.gc_budget;
-  if (o.every_n < 0) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: every_n must be >= 0");
-  if (o.every_n > 0) out.every_n = o.every_n;
-  if (const char* d = devices_field(o)) out.devices = parse_device_list(d, "options.devices");
-  return GCPRESSURE_OK;
-}
-
 }  // namespace
 
 extern "C" {
-
-void gcpressure_options_init(gcpressure_options* o) {
-  if (!o) return;
-  std::memset(o, 0, sizeof *o);
-  o->struct_size = sizeof *o;
-  o->backend = GCPRESSURE_BACKEND_AUTO;
-  o->device = -1;  // unset: GCPRESSURE_DEVICE, else 0
-  o->collector = GCPRESSURE_COLLECTOR_CALLBACKS;
-}
 
 void gcpressure_collector_callbacks_init(gcpressure_collector_callbacks* c) {
   if (!c) return;
@@ -337,16 +283,12 @@ gcpressure_status gcpressure_create(const gcpressure_options* o, gcpressure_allo
   GCP_NOT_IN_COLLECTION("gcpressure_create");
   return guarded([&]() -> gcpressure_status {
     options opts;
-    if (const gcpressure_status st = read_options(*o, opts); st != GCPRESSURE_OK) return st;
+    if (const gcpressure_status st = c_detail::read_options(*o, opts); st != GCPRESSURE_OK) return st;
     // Note [The environment is the default layer]; read_env (legacy): the
     // variables override the fields instead.
     const config c = o->read_env ? config_from_env(apply_options(opts, config{})) : resolve_config(opts);
     if ((c.backend == backend_choice::cuda || c.backend == backend_choice::cuda_async) && !cuda_available())
-      return fail(GCPRESSURE_ERR_UNSUPPORTED, "gcpressure_create: CUDA backend asked for, but no CUDA device is usable "
-                                               "(or the library was built without CUDA)");
-    if (!is_policy_name(c.policy))
-      return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: unknown policy '" + c.policy + "' (expected " +
-                                              policy_names_text(", ", " or ") + ")");
+      return fail(GCPRESSURE_ERR_UNSUPPORTED, no_cuda_device_message("backend"));
     const int kind = enum_value(o->collector);
     if (kind != GCPRESSURE_COLLECTOR_BOEHM && kind != GCPRESSURE_COLLECTOR_CALLBACKS)
       return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: unknown collector kind");
@@ -360,13 +302,8 @@ gcpressure_status gcpressure_create(const gcpressure_options* o, gcpressure_allo
     } else {
       for (const auto& one : ao) h->allocs.push_back(std::make_unique<device_allocator>(one));
     }
-    // Note [Soft above hard]: one rule here and in gcpressure_set_limits.
-    for (std::size_t i = 0; i < ao.size(); ++i) {
-      device_allocator& al = h->heap ? h->heap->allocator(i) : *h->allocs[i];
-      if (c.soft_limit.is_set() && c.soft_limit.resolve(al.device_memory().total) > al.hard_limit())
-        return fail(GCPRESSURE_ERR_INVALID, "gcpressure_create: soft limit " + c.soft_limit.to_string() +
-                                                " is above the hard limit (" + format_bytes(al.hard_limit()) + ")");
-    }
+    // A soft limit above the hard one fails in device_allocator's constructor
+    // (Note [Soft above hard] in config.hpp), the same message everywhere.
     for (std::size_t i = 1; i < ao.size(); ++i) {
       auto m = std::make_unique<gcpressure_allocator>();
       m->group = h.get();
@@ -509,10 +446,10 @@ gcpressure_status gcpressure_set_limits(gcpressure_allocator* a, size_t soft, si
   auto& al = a->a();
   const size_t h = hard ? hard : al.hard_limit();
   size_t s = soft ? soft : al.soft_limit();
-  // Note [Soft above hard]: a soft limit given above the hard limit is an
-  // error, here and in gcpressure_create; one left as it was (0 here, unset
-  // there) follows a lower hard limit.
-  if (s > h && soft) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_set_limits: soft limit above hard limit");
+  // Note [Soft above hard] (config.hpp): a soft limit given above the hard
+  // limit is an error, here and at creation; one left as it was (0 here,
+  // unset there) follows a lower hard limit.
+  if (s > h && soft) return fail(GCPRESSURE_ERR_INVALID, soft_above_hard_message(s, h));
   if (s > h) s = h;
   al.set_hard_limit(h);
   al.set_soft_limit(s);

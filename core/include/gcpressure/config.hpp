@@ -1,11 +1,17 @@
-// gcpressure/config.hpp — the options table (mimalloc style).
+// gcpressure/config.hpp — the options table (mimalloc's src/util/options.c is
+// the model): one row per option with its name, kind, range, default and
+// target field, one parser per kind, and set_option() — the one way text
+// becomes an option, for every entry point (the GCPRESSURE_* variables, the C
+// API's gcpressure_options_set, forward_loop's flags, the bindings).
 //
-// Every option has a default, a GCPRESSURE_* environment variable and a field
-// here. Sizes accept plain bytes and suffixes: K/KB/KiB, M/MB/MiB, G/GB/GiB,
-// T/TB/TiB (all binary: 4G == 4GiB), a percentage of device memory ("80%"),
-// or a percentage of the memory available to this process ("80%avail":
-// Note [Limits of available memory]).
-// A bad value throws logic_error naming the variable and the value.
+// Sizes accept plain bytes and suffixes: K/KB/KiB, M/MB/MiB, G/GB/GiB,
+// T/TB/TiB (all binary: 4G == 4GB == 4GiB; blanks allowed: "64 MB"), and for
+// the limits a percentage of device memory ("80%") or of the memory available
+// to this process ("80%avail": Note [Limits of available memory]).
+// A bad value throws logic_error "gcpressure: invalid value for WHAT: 'TEXT'
+// (REASON)", WHAT naming the option as the entry point spells it
+// (GCPRESSURE_HARD_LIMIT, --hard-limit, hard_limit); TEXT and REASON are the
+// same at every entry point (Note [One error per bad value]).
 //
 // Note [The environment is the default layer]
 // Precedence, lowest first: the built-in default, the GCPRESSURE_* variable,
@@ -13,9 +19,13 @@
 // CUDA.jl's variables work). So a user can retune any program without
 // rebuilding it, and a program that pins a value keeps it. "Left unset" must
 // be representable to do this: `options` holds std::optional fields, and
-// resolve_config() merges the three layers. Every binding (the Boehm heap,
-// the C API, the runtime embeddings) builds an `options` from what its caller
-// gave and calls resolve_config(); none reads the environment by itself.
+// resolve_config() merges the three layers. The environment is read in this
+// file only (config_from_env); the C API, the Boehm heap, the runtime
+// embeddings and the Python package get it through resolve_config() or
+// gcpressure_create. Two programs read it through config_from_env() as their
+// own default layer and then apply their own explicit settings over it:
+// forward_loop (its flags) and the PyTorch plug-in (gcp_torch_init /
+// gcp_torch_set_option); neither parses a GCPRESSURE_* value itself.
 #pragma once
 
 #include <cstddef>
@@ -60,15 +70,17 @@ size_spec parse_size(std::string_view text, std::string_view what = "size");
 // the one default every binding, example and benchmark uses.
 inline constexpr std::size_t default_host_capacity = std::size_t{16} << 30;
 
-// One vocabulary for backends, everywhere (variables, flags, the C API):
+// One vocabulary for backends, everywhere (variables, flags, the C API, the
+// bindings):
 //   auto        cuda_async when a CUDA device is usable, host otherwise
 //   host        a simulated device in host memory
-//   cuda        cudaMalloc / cudaFree
+//   cuda        cudaMalloc / cudaFree (alias: cuda_sync)
 //   cuda_async  cudaMallocAsync / cudaFreeAsync (stream-ordered pool)
+// Case-insensitive, and '-' may stand for '_' (Guile's symbols: cuda-async).
 enum class backend_choice { automatic, host, cuda, cuda_async };
 
-// Parses auto | host | cuda | cuda_async (case-insensitive, surrounding
-// blanks ignored). Throws logic_error naming `what` and the value. Thread-safe.
+// Parses the names above (surrounding blanks ignored). Throws logic_error
+// naming `what` and the value. Thread-safe.
 backend_choice parse_backend(std::string_view text, std::string_view what = "backend");
 // "auto", "host", "cuda" or "cuda_async". Thread-safe; finalizer-safe.
 const char* to_string(backend_choice b) noexcept;
@@ -93,7 +105,9 @@ struct config {
   std::vector<int> device_list() const;
 };
 
-// Parses "0,1,3" (device ordinals 0..1023, at least one, none twice; blanks
+inline constexpr int max_device_ordinal = 1023;
+
+// Parses "0,1,3" (device ordinals 0..max_device_ordinal, at least one, none twice; blanks
 // around items ignored). Throws logic_error naming `what` and the value.
 // Thread-safe.
 std::vector<int> parse_device_list(std::string_view text, std::string_view what = "devices");
@@ -132,14 +146,61 @@ config apply_options(const options& o, config base);
 // as config_from_env().
 config resolve_config(const options& o = {});
 
-// One row of the options table, for documentation and `--help` output.
+// What an option's text is, and so which parser reads it (one per kind).
+enum class option_kind {
+  size,      // bytes, 512MiB, 4G, 80%, 80%avail          -> size_spec
+  bytes,     // bytes, 512MiB, 4G (no percentage), in [min, max] -> std::size_t
+  backend,   // parse_backend                              -> backend_choice
+  policy,    // a name of policy_names()                   -> std::string
+  fraction,  // a number in (min, max]                     -> double
+  integer,   // a decimal integer in [min, max]            -> int
+  boolean,   // 1/0, true/false, on/off, yes/no; else an error -> bool
+  devices,   // parse_device_list                          -> std::vector<int>
+  text,      // any text (a path)                          -> std::string
+};
+
+// One row of the options table.
 struct option_info {
-  const char* env;
-  const char* default_value;
+  const char* env;            // GCPRESSURE_HARD_LIMIT
+  const char* default_value;  // as README.md's table shows it
   const char* meaning;
+  const char* name;           // hard_limit: the C API's and the bindings' key
+  option_kind kind;
+  double min, max;            // bytes, fraction, integer: the accepted range
 };
 // The table, terminated by a row whose env is nullptr.
 const option_info* options_table() noexcept;
+// The row of `name` ("hard_limit") or of its variable ("GCPRESSURE_HARD_LIMIT");
+// nullptr if none. Thread-safe.
+const option_info* find_option(std::string_view name) noexcept;
+
+// Sets the option `name` (as find_option) of `c` from `text`, with the
+// row's parser and range checks. Throws logic_error: "gcpressure: unknown
+// option 'NAME' (expected ...)", or the parser's message naming `what`
+// (empty: the row's name) and the value. Thread-safe (on distinct configs).
+void set_option(config& c, std::string_view name, std::string_view text, std::string_view what = {});
+// The same into the explicit layer (the field becomes set).
+void set_option(options& o, std::string_view name, std::string_view text, std::string_view what = {});
+// Checks `text` as set_option would, without storing it.
+void check_option(std::string_view name, std::string_view text, std::string_view what = {});
+
+// Parsers of the kinds above, for values that are no row's (forward_loop's
+// own flags use the same rules). Throw logic_error naming `what` and the text.
+bool parse_bool(std::string_view text, std::string_view what);
+long parse_integer(std::string_view text, std::string_view what, long min, long max);
+double parse_fraction(std::string_view text, std::string_view what, double min_exclusive, double max);
+// Bytes only (a percentage is an error), in [min, max].
+std::size_t parse_bytes(std::string_view text, std::string_view what, std::size_t min = 1,
+                        std::size_t max = std::size_t(-1));
+// A policy name of policy_names() (blanks around it ignored).
+std::string parse_policy(std::string_view text, std::string_view what);
+
+// Note [Soft above hard]
+// A soft limit set above the hard limit is the user's mistake, rejected at
+// every entry point with this one message (device_allocator's constructor,
+// set_limits of the C API and the bindings), never clamped in silence. A soft
+// limit left unset follows the hard one (75% of it).
+std::string soft_above_hard_message(std::size_t soft, std::size_t hard);
 
 std::string format_bytes(std::size_t bytes);  // "1.50 GiB"
 

@@ -7,6 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "gcpressure/resource.hpp"
 
@@ -17,6 +19,12 @@ namespace gcpressure {
 bool cuda_available() noexcept;
 // Number of CUDA devices (0 without CUDA or without a driver).
 int cuda_device_count() noexcept;
+// Why cuda_available() is false, in the driver's words ("" when it is true).
+const char* cuda_unavailable_reason() noexcept;
+// "gcpressure: no usable CUDA device (REASON); use OPTION host or auto": the
+// one message for a CUDA backend asked for where none is usable, `option`
+// spelt as the entry point spells it (--backend, backend).
+std::string no_cuda_device_message(std::string_view option);
 
 // Stream helpers so that tests, benchmarks and examples need not include
 // cuda_runtime.h. Throw cuda_error on failure.

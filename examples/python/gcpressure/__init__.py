@@ -54,22 +54,25 @@ __all__ = [
     "parse_size",
 ]
 
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000 ** 2,
-          "mib": 1 << 20, "g": 1 << 30, "gb": 1000 ** 3, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40}
-
-
-def parse_size(text) -> int:
-    """'64MiB', '1.5GiB', '1000' -> bytes (no percentages)."""
-    if isinstance(text, int):
+def parse_size(text, device_total: int = 0) -> int:
+    """'64MiB', '1.5GiB', '64 MB', '1000' -> bytes, parsed by the C library
+    (gcpressure_parse_size: all units binary, so '1GB' is 2**30 here as in
+    every other entry point). A percentage ('80%') needs `device_total`."""
+    if isinstance(text, int) and not isinstance(text, bool):
         return text
-    s = str(text).strip().lower()
-    i = len(s)
-    while i and not (s[i - 1].isdigit() or s[i - 1] == "."):
-        i -= 1
-    num, unit = s[:i], s[i:].strip()
-    if not num or unit not in _UNITS:
-        raise ValueError(f"bad size {text!r}")
-    return int(float(num) * _UNITS[unit])
+    lib = load()
+    out = ctypes.c_size_t()
+    lib.check(lib.fast.gcpressure_parse_size(str(text).encode(), device_total, ctypes.byref(out)))
+    return out.value
+
+
+def _option_text(value) -> str:
+    """An option's value as the options table reads it (True -> '1')."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
 
 
 class DeviceArray:
@@ -113,7 +116,11 @@ class Allocator:
     parses ("64MiB", "80%") or ints (bytes). policy: a name of
     the C API's gcpressure_policy_names(), e.g. "pressure". Options left as None
     come from the GCPRESSURE_* environment, else the library's defaults
-    (backend: "host" unless GCPRESSURE_BACKEND is set). collector: a
+    (backend: "host" unless GCPRESSURE_BACKEND is set). Every other option of
+    gcpressure_option_names() is a keyword too (pool=False, verbose=True,
+    async_release_threshold="64MiB", host_shared=path, devices="0,1"); all are
+    parsed by the C library's options table, as its GCPRESSURE_* variables
+    are, with the same error for a bad value. collector: a
     CPythonCollector, True (a new one with `minor_generation`), or None/False: no
     collector registered at all (the library's hook is off: only the pool
     side of the reclaim ladder runs — the "plain PyTorch" baseline).
@@ -121,7 +128,7 @@ class Allocator:
 
     def __init__(self, backend=None, hard_limit=None, soft_limit=None, policy=None, *, device=None,
                  host_capacity=None, gc_budget=None, every_n=None, read_env=None, collector=True,
-                 minor_generation=1, library=None):
+                 minor_generation=1, library=None, **options):
         # Note [Options and the environment]: only the options given are set;
         # gcpressure_create fills the rest from the GCPRESSURE_* environment,
         # then from its defaults (explicit options override the environment).
@@ -130,33 +137,24 @@ class Allocator:
         self._lib = load(library)
         if backend is None and not os.environ.get("GCPRESSURE_BACKEND"):
             backend = "host"
-        if backend is not None and backend not in _capi.BACKENDS:
-            raise InvalidArgument(_capi.ERR_INVALID, f"unknown backend {backend!r}")
         o = _capi.Options()
         self._lib.fast.gcpressure_options_init(ctypes.byref(o))
-        if backend is not None:
-            o.backend = _capi.BACKENDS[backend]
-        if device is not None:
-            o.device = device
-        if host_capacity is not None:
-            o.host_capacity = parse_size(host_capacity)
-        enc = lambda v: None if v is None else str(v).encode()  # noqa: E731
-        if hard_limit is not None:
-            o.hard_limit = enc(hard_limit)
-        if soft_limit is not None:
-            o.soft_limit = enc(soft_limit)
-        if policy is not None:
-            o.policy = enc(policy)
-        if gc_budget is not None:
-            o.gc_budget = gc_budget
-        if every_n is not None:
-            o.every_n = every_n
+        # Every option through the C library's options table
+        # (gcpressure_options_set): one parser and one message per bad value
+        # at every entry point.
+        given = {"backend": backend, "hard_limit": hard_limit, "soft_limit": soft_limit, "policy": policy,
+                 "device": device, "host_capacity": host_capacity, "gc_budget": gc_budget, "every_n": every_n}
+        given.update(options)
+        for name, value in given.items():
+            if value is not None:
+                self._lib.check(self._lib.fast.gcpressure_options_set(
+                    ctypes.byref(o), name.encode(), _option_text(value).encode()))
         if read_env is not None:
             o.read_env = 1 if read_env else 0
         o.collector = _capi.COLLECTOR_CALLBACKS
         h = ctypes.c_void_p()
         self._h = None
-        self._lib.check(self._lib.lib.gcpressure_create(ctypes.byref(o), ctypes.byref(h)), "gcpressure_create")
+        self._lib.check(self._lib.lib.gcpressure_create(ctypes.byref(o), ctypes.byref(h)))
         self._h = h.value
         self.backend = self.stats()["backend"]
         self.policy = policy
@@ -275,8 +273,7 @@ class Allocator:
         self._lib.check(self._lib.lib.gcpressure_trim(self.handle), "gcpressure_trim")
 
     def set_limits(self, soft=0, hard=0) -> None:
-        self._lib.check(self._lib.fast.gcpressure_set_limits(self.handle, parse_size(soft), parse_size(hard)),
-                        "gcpressure_set_limits")
+        self._lib.check(self._lib.fast.gcpressure_set_limits(self.handle, parse_size(soft), parse_size(hard)))
 
     def usage(self) -> tuple[int, int]:
         """(live, reserved) device bytes."""

@@ -104,6 +104,11 @@ class Options(Structure):
         ("read_env", c_int),
         ("collector", c_int),
         ("devices", c_char_p),  # API version 3: "0,1" (None: GCPRESSURE_DEVICES, else device)
+        # API version 5 (set through gcpressure_options_set):
+        ("host_shared", c_char_p),
+        ("pool", c_int),
+        ("async_release_threshold", c_size_t),
+        ("verbose", c_int),
     ]
 
 
@@ -210,12 +215,16 @@ class Library:
             dll.gcpressure_set_limits.argtypes = [A, c_size_t, c_size_t]
             dll.gcpressure_usage.argtypes = [A, POINTER(c_size_t), POINTER(c_size_t)]
             dll.gcpressure_stats_json.argtypes = [A, c_char_p, c_size_t, POINTER(c_size_t)]
+            dll.gcpressure_options_set.argtypes = [POINTER(Options), c_char_p, c_char_p]
+            dll.gcpressure_parse_size.argtypes = [c_char_p, c_size_t, POINTER(c_size_t)]
+            dll.gcpressure_option_names.argtypes = []
+            dll.gcpressure_option_names.restype = POINTER(c_char_p)
             for name in ("enter_collection", "leave_collection", "in_collection"):
                 getattr(dll, "gcpressure_" + name).argtypes = []
             for name in ("create", "destroy", "set_collector", "alloc", "free", "release_from_finalizer",
                          "quiet_moment", "quiet_moment_ex", "synchronize", "iteration", "collect", "drain",
                          "trim", "set_limits", "usage", "stats_json", "enter_collection", "leave_collection",
-                         "in_collection"):
+                         "in_collection", "options_set", "parse_size"):
                 getattr(dll, "gcpressure_" + name).restype = c_int
         # ABI check: the structs above must be the C ones.
         o = Options()
@@ -229,6 +238,10 @@ class Library:
             raise OSError(f"gcpressure_py: {path}: gcpressure_collector_callbacks is {c.struct_size} bytes, "
                           f"the binding's is {ctypes.sizeof(CollectorCallbacks)}")
         self.version = self.fast.gcpressure_version().decode()
+        names = self.fast.gcpressure_option_names()
+        self.option_names = []
+        while names[len(self.option_names)]:
+            self.option_names.append(names[len(self.option_names)].decode())
 
     def error(self, status: int, what: str = "") -> GcpressureError:
         """The exception for `status`, with this thread's last message. Call

@@ -145,8 +145,10 @@ class Library:
     def check(self, rc: int, what: str, lib=None) -> None:
         if rc != 0:
             # The message is thread-local: read it through the same kind of call.
+            # The library's messages name their option or entry point already;
+            # `what` only stands in for a missing one (never "x: x: ...").
             msg = (lib or self.py).gcp_torch_last_error()
-            raise GcpressureTorchError(f"{what}: {msg.decode(errors='replace') if msg else 'failed'}")
+            raise GcpressureTorchError(msg.decode(errors="replace") if msg else f"{what}: failed")
 
     def stats_json(self) -> str:
         n = self.py.gcp_torch_stats_json(None, 0)

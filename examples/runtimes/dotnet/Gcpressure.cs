@@ -38,6 +38,11 @@ internal static class Native {
     public int read_env;
     public int collector;
     public IntPtr devices;
+    // API version 5 (gcpressure_options_set):
+    public IntPtr host_shared;
+    public int pool;
+    public UIntPtr async_release_threshold;
+    public int verbose;
   }
 
   [UnmanagedFunctionPointer(CallingConvention.Cdecl)] internal delegate void VoidFn(IntPtr ctx);
@@ -59,6 +64,7 @@ internal static class Native {
   [DllImport(Lib)] internal static extern IntPtr gcpressure_status_string(int s);
   [DllImport(Lib)] internal static extern IntPtr gcpressure_policy_names();
   [DllImport(Lib)] internal static extern int gcpressure_create(ref Options o, out IntPtr a);
+  [DllImport(Lib)] internal static extern int gcpressure_options_set(ref Options o, string name, string value);
   [DllImport(Lib)] internal static extern int gcpressure_destroy(IntPtr a);
   [DllImport(Lib)] internal static extern int gcpressure_set_collector(IntPtr a, ref Callbacks c);
   [DllImport(Lib)] internal static extern int gcpressure_alloc(IntPtr a, UIntPtr bytes, IntPtr stream, out IntPtr p);
@@ -102,8 +108,9 @@ public static class Errors {
   // Throws the C API's failure (read right after the failing call, same thread).
   internal static void Check(int status, string what) {
     if (status == 0) return;
-    string msg = "gcpressure: " + what + ": " + Native.Str(Native.gcpressure_status_string(status)) + ": " +
-                 Native.Str(Native.gcpressure_last_error());
+    string lib = Native.Str(Native.gcpressure_last_error());
+    if (lib.StartsWith("gcpressure: ")) lib = lib.Substring(12);  // said once, in front
+    string msg = "gcpressure: " + what + ": " + Native.Str(Native.gcpressure_status_string(status)) + ": " + lib;
     throw Make(status, msg);
   }
 }
@@ -132,7 +139,7 @@ public sealed class Heap : IDisposable {
     return list.ToArray();
   }
 
-  // backend: auto|host|cuda|cuda_async (null: auto); policy: a name of PolicyNames() or
+  // backend: a name GCPRESSURE_BACKEND takes (null: auto); policy: a name of PolicyNames() or
   // "none" (no collector: the CLR alone); limits as the C API reads them ("64MiB", "80%").
   public Heap(string backend = null, string policy = null, string hardLimit = null, string softLimit = null) {
     var o = new Native.Options();
@@ -140,14 +147,8 @@ public sealed class Heap : IDisposable {
     if (o.struct_size.ToUInt64() != (ulong)Marshal.SizeOf(typeof(Native.Options)))
       throw new NotSupportedException("gcpressure: the C API's gcpressure_options is " + o.struct_size +
                                       " bytes, this binding's " + Marshal.SizeOf(typeof(Native.Options)));
-    switch (backend ?? "auto") {
-      case "auto": o.backend = 0; break;
-      case "host": o.backend = 1; break;
-      case "cuda": o.backend = 2; break;
-      case "cuda_async": o.backend = 3; break;
-      default: throw new ArgumentException("gcpressure: Heap: backend must be auto, host, cuda or cuda_async (got '" +
-                                           backend + "')");
-    }
+    // The library's options table reads the name (its aliases, its message).
+    if (backend != null) Errors.Check(Native.gcpressure_options_set(ref o, "backend", backend), "Heap");
     bool collector = policy != "none";
     native_ = policy == "runtime_native";
     IntPtr[] strs = {Marshal.StringToHGlobalAnsi(collector ? policy : null), Marshal.StringToHGlobalAnsi(hardLimit),

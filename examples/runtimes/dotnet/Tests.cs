@@ -98,7 +98,7 @@ public static class Tests {
         Throws<OutOfMemoryException>(() => h.Array(1L << 40), "hard limit 16.00 MiB");
         Throws<ArgumentException>(() => new Heap("host", "nope"), "options.policy: 'nope'");
         Throws<ArgumentException>(() => new Heap("host", "pressure", "12 potatoes"), "unknown unit");
-        Throws<ArgumentException>(() => new Heap("tape"), "backend must be");
+        Throws<ArgumentException>(() => new Heap("tape"), "invalid value for backend: 'tape' (expected auto, host");
         DeviceArray w = h.Array(16), x = h.Array(32);
         Throws<ArgumentException>(() => Ops.MatMul(h, w, x, 5, 8), "smaller than");
         Throws<ArgumentOutOfRangeException>(() => Ops.MatMul(h, w, x, 0, 8), "dimensions");

@@ -47,7 +47,7 @@
                            (policy #f) (collector 'callbacks)
                            (incremental? #f))
   "A device heap: one allocator on BACKEND ('host, 'cuda, 'cuda_async or
-'auto) bounded by HARD-LIMIT (bytes, or a string such as \"64MiB\" or
+'auto; 'cuda-async and 'cuda_sync are the library's aliases) bounded by HARD-LIMIT (bytes, or a string such as \"64MiB\" or
 \"80%\"; #f: the device's memory) with the policy aiming below SOFT-LIMIT
 (#f: 75% of the hard limit). POLICY is a name of the C API's
 gcpressure_policy_names(), e.g. \"pressure\" (#f: pressure). An option

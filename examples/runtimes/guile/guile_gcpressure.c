@@ -163,18 +163,16 @@ static void cb_own_collections(void* ctx, uint64_t* n, uint64_t* full, double* s
 
 /* ---- heaps ---------------------------------------------------------------- */
 
-static gcpressure_backend parse_backend(SCM s) {
+/* The backend through the library's options table (gcpressure_options_set):
+ * its names (cuda-async is its documented alias of cuda_async, '-' standing
+ * for '_') and its message, the one GCPRESSURE_BACKEND gets. */
+static void set_backend(gcpressure_options* o, SCM s) {
+  if (!scm_is_symbol(s) && !scm_is_string(s))
+    scm_wrong_type_arg_msg("make-device-heap", 1, s, "#f, a backend symbol or string");
   char* b = scm_to_utf8_string(scm_is_symbol(s) ? scm_symbol_to_string(s) : s);
-  gcpressure_backend r = GCPRESSURE_BACKEND_AUTO;
-  int ok = 1;
-  if (!strcmp(b, "auto")) r = GCPRESSURE_BACKEND_AUTO;
-  else if (!strcmp(b, "host")) r = GCPRESSURE_BACKEND_HOST;
-  else if (!strcmp(b, "cuda")) r = GCPRESSURE_BACKEND_CUDA;
-  else if (!strcmp(b, "cuda_async") || !strcmp(b, "cuda-async")) r = GCPRESSURE_BACKEND_CUDA_ASYNC;
-  else ok = 0;
+  const gcpressure_status st = gcpressure_options_set(o, "backend", b);
   free(b);
-  if (!ok) scm_misc_error("make-device-heap", "unknown backend ~S (auto, host, cuda, cuda_async)", scm_list_1(s));
-  return r;
+  check_status(st, "make-device-heap");
 }
 
 /* A size as a string for the options struct: #f -> NULL, an integer -> its
@@ -192,7 +190,7 @@ static char* size_option(SCM v) {
 static SCM make_heap(SCM backend, SCM hard, SCM soft, SCM policy, SCM collector, SCM incremental) {
   gcpressure_options o;
   gcpressure_options_init(&o);
-  if (scm_is_true(backend)) o.backend = parse_backend(backend);
+  if (scm_is_true(backend)) set_backend(&o, backend);
   const int boehm = scm_is_symbol(collector) && scm_is_eq(collector, scm_from_utf8_symbol("boehm"));
   if (!boehm && !(scm_is_symbol(collector) && scm_is_eq(collector, scm_from_utf8_symbol("callbacks"))))
     scm_misc_error("make-device-heap", "unknown collector ~S (callbacks, boehm)", scm_list_1(collector));

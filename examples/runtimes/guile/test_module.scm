@@ -27,7 +27,9 @@
   (check "json: missing key" (not (json-ref j "a" "zz"))))
 
 ;;; Heaps: bad arguments
-(check "bad backend is an error" (eq? (error-of (lambda () (make-device-heap #:backend 'tpu))) 'misc))
+(check "bad backend is gcpressure-error invalid" (eq? (error-of (lambda () (make-device-heap #:backend 'tpu))) 'invalid))
+(check "cuda-async is cuda_async's alias (accepted, then no GPU here or a heap)"
+       (memq (error-of (lambda () (make-device-heap #:backend 'cuda-async))) '(#f unsupported)))
 (check "bad policy is gcpressure-error invalid"
        (eq? (error-of (lambda () (make-device-heap #:policy "nope"))) 'invalid))
 (check "bad limit string is gcpressure-error invalid"

@@ -99,8 +99,10 @@ static const char* status_kind(gcpressure_status st) {
 
 /* Note [Lua error values] */
 int lgcp_fail(lua_State* L, const char* what, gcpressure_status st) {
-  /* The library's message first: its pointer lasts until the next gcpressure call. */
-  lua_pushstring(L, gcpressure_last_error());
+  /* The library's message first: its pointer lasts until the next gcpressure
+   * call. Its own "gcpressure: " is dropped: the message says it once. */
+  const char* msg = gcpressure_last_error();
+  lua_pushstring(L, strncmp(msg, "gcpressure: ", 12) == 0 ? msg + 12 : msg);
   lua_createtable(L, 0, 3);
   lua_pushfstring(L, "gcpressure: %s: %s: %s", what, gcpressure_status_string(st), lua_tostring(L, -2));
   lua_setfield(L, -2, "message");
@@ -132,17 +134,23 @@ array* lgcp_check_array(lua_State* L, int i) {
 
 /* --- options --------------------------------------------------------------- */
 
-static const char* size_opt(lua_State* L, int t, const char* key, char* buf, size_t cap) {
+/* An option's value as the options table reads it: a string as is, a number
+ * in decimal (integers without a fraction), a boolean as 1 or 0; NULL when
+ * absent. */
+static const char* text_opt(lua_State* L, int t, const char* key, char* buf, size_t cap) {
   const char* r = NULL;
   lua_getfield(L, t, key);
   if (lua_isinteger(L, -1)) {
     snprintf(buf, cap, "%lld", (long long)lua_tointeger(L, -1));
     r = buf;
   } else if (lua_type(L, -1) == LUA_TNUMBER) {
-    snprintf(buf, cap, "%.0f", lua_tonumber(L, -1));
+    snprintf(buf, cap, "%.17g", lua_tonumber(L, -1));
     r = buf;
   } else if (lua_type(L, -1) == LUA_TSTRING) {
     snprintf(buf, cap, "%s", lua_tostring(L, -1));
+    r = buf;
+  } else if (lua_type(L, -1) == LUA_TBOOLEAN) {
+    snprintf(buf, cap, "%d", lua_toboolean(L, -1));
     r = buf;
   } else if (!lua_isnil(L, -1)) {
     luaL_error(L, "gcpressure.new: option '%s' must be a number of bytes or a size string", key);
@@ -208,11 +216,15 @@ static int push_stats(lua_State* L, heap* h) {
 }
 
 
-/* Note [Options and the environment]: every key of `t` must be one of these. */
-static const char* const known_options[] = {
-    "backend", "hard_limit", "soft_limit", "policy", "gc_mode", "host_capacity",
-    "gc_budget", "every_n", "step_kb", "device", "read_env", "collector", NULL,
-};
+/* Note [Options and the environment]: every key of `t` must be one of these:
+ * the library's options (gcpressure_option_names) and this module's own. */
+static const char* const module_options[] = {"gc_mode", "step_kb", "read_env", "collector", NULL};
+
+static int is_library_option(const char* k) {
+  for (const char* const* n = gcpressure_option_names(); *n; ++n)
+    if (strcmp(*n, k) == 0) return 1;
+  return 0;
+}
 
 static void check_option_keys(lua_State* L, int t) {
   lua_pushnil(L);
@@ -221,11 +233,19 @@ static void check_option_keys(lua_State* L, int t) {
     if (lua_type(L, -1) != LUA_TSTRING)
       luaL_error(L, "gcpressure.new: option keys must be strings (got a %s)", luaL_typename(L, -1));
     const char* k = lua_tostring(L, -1);
-    int known = 0;
-    for (const char* const* o = known_options; *o && !known; ++o) known = strcmp(*o, k) == 0;
-    if (!known)
-      luaL_error(L, "gcpressure.new: unknown option '%s' (known: backend, hard_limit, soft_limit, policy, "
-                    "gc_mode, host_capacity, gc_budget, every_n, step_kb, device, read_env, collector)", k);
+    int known = is_library_option(k);
+    for (const char* const* o = module_options; *o && !known; ++o) known = strcmp(*o, k) == 0;
+    if (!known) {
+      luaL_Buffer b;
+      luaL_buffinit(L, &b);
+      for (const char* const* n = gcpressure_option_names(); *n; ++n) {
+        luaL_addstring(&b, *n);
+        luaL_addstring(&b, ", ");
+      }
+      luaL_addstring(&b, "gc_mode, step_kb, read_env, collector");
+      luaL_pushresult(&b);
+      luaL_error(L, "gcpressure.new: unknown option '%s' (known: %s)", k, lua_tostring(L, -1));
+    }
   }
 }
 
@@ -235,40 +255,20 @@ static int has_opt(lua_State* L, int t, const char* key) {
   return present;
 }
 
-/* The options struct from the table at t; only the fields it names are set
- * (Note [Options and the environment]). Buffers hold the strings. */
-typedef struct option_buffers {
-  char hard[64], soft[64], policy[64], cap[64];
-} option_buffers;
-
-static void read_options(lua_State* L, int t, gcpressure_options* o, option_buffers* b) {
+/* The options struct from the table at t; only the options it names are
+ * set (Note [Options and the environment]), each through the library's
+ * options table (gcpressure_options_set): its parser and its message, the
+ * ones its GCPRESSURE_* variable gets. */
+static void read_options(lua_State* L, int t, gcpressure_options* o) {
   gcpressure_options_init(o);
   check_option_keys(L, t);
-  if (has_opt(L, t, "backend")) {
-    char buf[32];
-    const char* backend = string_opt(L, t, "backend", "auto", buf, sizeof buf);
-    if (strcmp(backend, "auto") == 0) o->backend = GCPRESSURE_BACKEND_AUTO;
-    else if (strcmp(backend, "host") == 0) o->backend = GCPRESSURE_BACKEND_HOST;
-    else if (strcmp(backend, "cuda") == 0) o->backend = GCPRESSURE_BACKEND_CUDA;
-    else if (strcmp(backend, "cuda_async") == 0) o->backend = GCPRESSURE_BACKEND_CUDA_ASYNC;
-    else luaL_error(L, "gcpressure.new: backend must be auto, host, cuda or cuda_async (got '%s')", backend);
+  for (const char* const* n = gcpressure_option_names(); *n; ++n) {
+    char buf[256];
+    const char* v = text_opt(L, t, *n, buf, sizeof buf);
+    if (!v) continue;
+    const gcpressure_status st = gcpressure_options_set(o, *n, v);
+    if (st != GCPRESSURE_OK) lgcp_fail(L, "new", st);
   }
-  const char* hard = size_opt(L, t, "hard_limit", b->hard, sizeof b->hard);
-  const char* soft = size_opt(L, t, "soft_limit", b->soft, sizeof b->soft);
-  const char* policy = string_opt(L, t, "policy", NULL, b->policy, sizeof b->policy);
-  if (hard) o->hard_limit = hard;
-  if (soft) o->soft_limit = soft;
-  if (policy) o->policy = policy;
-  const char* capacity = size_opt(L, t, "host_capacity", b->cap, sizeof b->cap);
-  if (capacity) {
-    char* end = NULL;
-    const unsigned long long c = strtoull(capacity, &end, 10);
-    if (!end || *end || c == 0) luaL_error(L, "gcpressure.new: host_capacity must be a number of bytes");
-    o->host_capacity = (size_t)c;
-  }
-  if (has_opt(L, t, "gc_budget")) o->gc_budget = (double)number_opt(L, t, "gc_budget", 0);
-  if (has_opt(L, t, "every_n")) o->every_n = (int)number_opt(L, t, "every_n", 0);
-  if (has_opt(L, t, "device")) o->device = (int)number_opt(L, t, "device", 0);
   if (has_opt(L, t, "read_env")) o->read_env = bool_opt(L, t, "read_env", 0);
 }
 
@@ -281,8 +281,7 @@ static int l_new(lua_State* L) {
   }
   luaL_checktype(L, 1, LUA_TTABLE);
   gcpressure_options o;
-  option_buffers bufs;
-  read_options(L, 1, &o, &bufs);
+  read_options(L, 1, &o);
   char mode_buf[32];
   const char* mode = string_opt(L, 1, "gc_mode", "generational", mode_buf, sizeof mode_buf);
   int gc_mode;

@@ -23,7 +23,7 @@ check(type(gcpressure.now()) == "number", "now")
 check(gcpressure._VERSION:find("gcpressure", 1, true), "_VERSION")
 
 -- options and their errors
-raises(function() gcpressure.new{ backend = "quantum" } end, "backend must be", "bad backend")
+raises(function() gcpressure.new{ backend = "quantum" } end, "expected auto, host, cuda", "bad backend")
 raises(function() gcpressure.new{ gc_mode = "psychic" } end, "gc_mode must be", "bad gc_mode")
 local perr = raises(function() gcpressure.new{ backend = "host", policy = "bogus" } end, "'bogus'", "bad policy")
 check(type(perr) == "table" and perr.kind == "invalid", "bad policy: error kind invalid")

@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 #include <string>
 
 namespace gcp_node {
@@ -199,24 +200,14 @@ bool read_options(napi_env env, napi_value obj, option_strings* s, gcpressure_op
       !string_opt(env, obj, "host_capacity", s->capacity, sizeof s->capacity) ||
       !bool_opt(env, obj, "collector", true, collector))
     return false;
-  const char* b = s->backend;
-  if (!*b || !std::strcmp(b, "auto")) o->backend = GCPRESSURE_BACKEND_AUTO;
-  else if (!std::strcmp(b, "host")) o->backend = GCPRESSURE_BACKEND_HOST;
-  else if (!std::strcmp(b, "cuda")) o->backend = GCPRESSURE_BACKEND_CUDA;
-  else if (!std::strcmp(b, "cuda_async")) o->backend = GCPRESSURE_BACKEND_CUDA_ASYNC;
-  else {
-    throw_range(env, (std::string("gcpressure: Heap: backend must be auto, host, cuda or cuda_async (got '") + b + "')")
-                         .c_str());
-    return false;
-  }
-  if (*s->capacity) {
-    char* end = nullptr;
-    const unsigned long long c = std::strtoull(s->capacity, &end, 10);
-    if (!end || *end || c == 0) {
-      throw_range(env, "gcpressure: Heap: host_capacity must be a positive number of bytes, as a string");
+  // The backend and the host capacity through the library's options table
+  // (gcpressure_options_set): its names, aliases and sizes, its message.
+  for (const auto& [name, text] : {std::pair<const char*, const char*>{"backend", s->backend},
+                                   {"host_capacity", s->capacity}}) {
+    if (*text && gcpressure_options_set(o, name, text) != GCPRESSURE_OK) {
+      throw_range(env, gcpressure_last_error());
       return false;
     }
-    o->host_capacity = static_cast<size_t>(c);
   }
   if (*s->policy) o->policy = s->policy;
   if (*s->hard) o->hard_limit = s->hard;

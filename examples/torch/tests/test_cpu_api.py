@@ -43,9 +43,13 @@ CASES = {
         assert L.py.gcp_torch_set_option(b"handoff", b"carrier-pigeon") == -1
         assert L.py.gcp_torch_set_option(b"minor_generation", b"3") == -1
         assert L.py.gcp_torch_init(b"tpu", None, None, None, 0.0) == -1
-        assert b"invalid value for gcp_torch_init backend: 'tpu'" in L.py.gcp_torch_last_error()
+        assert b"invalid value for backend: 'tpu'" in L.py.gcp_torch_last_error()
         assert L.py.gcp_torch_init(b"host", None, None, b"psychic", 0.0) == -1
-        assert b"unknown policy" in L.py.gcp_torch_last_error()
+        assert b"invalid value for policy: 'psychic'" in L.py.gcp_torch_last_error()
+        # The options table's rules: a junk boolean is an error, as GCPRESSURE_VERBOSE's is.
+        assert L.py.gcp_torch_set_option(b"verbose", b"maybe") == -1
+        assert b"invalid value for verbose: 'maybe'" in L.py.gcp_torch_last_error()
+        assert L.py.gcp_torch_set_option(b"every_n", b"0") == -1
         assert L.py.gcp_torch_init(b"host", None, b"12 parsecs", None, 0.0) == -1
         assert L.py.gcp_torch_init(b"host", None, None, None, 2.0) == -1
         # attach needs the GIL: through CDLL it has none.

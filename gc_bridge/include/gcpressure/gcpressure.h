@@ -29,10 +29,12 @@
 extern "C" {
 #endif
 
-#define GCPRESSURE_API_VERSION 4 /* 2: own_collections callback, gcpressure_synchronize, gcpressure_quiet_moment_ex;
+#define GCPRESSURE_API_VERSION 5 /* 2: own_collections callback, gcpressure_synchronize, gcpressure_quiet_moment_ex;
                                     3: options.devices, gcpressure_device_count, gcpressure_device_allocator,
                                        gcpressure_policy_names;
-                                    4: gcpressure_enter_collection / leave_collection / in_collection */
+                                    4: gcpressure_enter_collection / leave_collection / in_collection;
+                                    5: gcpressure_options_set, gcpressure_option_names, gcpressure_parse_size;
+                                       options.host_shared, pool, async_release_threshold, verbose */
 
 typedef enum gcpressure_status {
   GCPRESSURE_OK = 0,
@@ -79,6 +81,11 @@ typedef struct gcpressure_options {
   gcpressure_collector_kind collector;
   const char* devices;      /* API version 3. "0,1": one collector and one policy over these devices
                                (gcpressure_device_allocator) [NULL]: GCPRESSURE_DEVICES, else `device` */
+  /* API version 5 (read only if struct_size covers them): */
+  const char* host_shared;  /* file of a host capacity shared by processes [NULL]: GCPRESSURE_HOST_SHARED */
+  int pool;                 /* 0|1 [-1]: GCPRESSURE_POOL, else 1 */
+  size_t async_release_threshold; /* [SIZE_MAX]: GCPRESSURE_ASYNC_RELEASE_THRESHOLD, else 0 */
+  int verbose;              /* 0|1 [-1]: GCPRESSURE_VERBOSE, else 0 */
 } gcpressure_options;
 
 typedef struct gcpressure_allocator gcpressure_allocator;
@@ -135,6 +142,28 @@ const char* gcpressure_version(void);
  * names from it rather than repeat them). API version 3. Thread-safe;
  * finalizer-safe. */
 const char* const* gcpressure_policy_names(void);
+
+/* Sets one option of `o` from text, parsed and checked by the library's
+ * options table (the parser of its GCPRESSURE_* variable, so "64 MB", "80%",
+ * "cuda_sync" or "1" mean here what they mean in the environment). `name` is
+ * a name of gcpressure_option_names() ("hard_limit") or its variable
+ * ("GCPRESSURE_HARD_LIMIT"). GCPRESSURE_ERR_INVALID on an unknown name or a
+ * bad value, with the message the variable would give (naming the option as
+ * `name` spells it); `o` is then unchanged. Strings are copied: `value` need
+ * not outlive the call (the copies live as long as the process, one per
+ * distinct value). API version 5. Thread-safe; not finalizer-safe. */
+gcpressure_status gcpressure_options_set(gcpressure_options* o, const char* name, const char* value);
+/* The names gcpressure_options_set accepts, a NULL-terminated array of
+ * static strings in the order of README.md's configuration table. API
+ * version 5. Thread-safe; finalizer-safe. */
+const char* const* gcpressure_option_names(void);
+/* Parses a size as the library does ("512MiB", "64 MB" = 64 MiB, "4G",
+ * "1048576"; all units binary). A percentage ("80%") is resolved against
+ * `device_total`, an error when it is 0; "80%avail" is an error here (it
+ * follows the memory at run time: give it to gcpressure_options_set).
+ * GCPRESSURE_ERR_INVALID with the library's message on bad input. API
+ * version 5. Thread-safe; finalizer-safe. */
+gcpressure_status gcpressure_parse_size(const char* text, size_t device_total, size_t* bytes);
 
 /* Marks the calling thread as inside a collection until the matching
  * gcpressure_leave_collection (API version 4): for a thread that runs a
