@@ -228,3 +228,48 @@ TEST(OptionsEverywhere, CudaWithoutAUsableDeviceSaysWhatToDo) {
   EXPECT_TRUE(std::regex_search(err, cli_msg)) << err;
   EXPECT_EQ(err.find("cudaSetDevice"), std::string::npos) << err;
 }
+
+namespace {
+
+// forward_loop's last stdout line with --json (its JSON result).
+std::string forward_loop_json(const std::string& args) {
+  const std::string cmd =
+      std::string(GCPRESSURE_FORWARD_LOOP) + " --backend host --iters 2 --quiet --json " + args + " 2>/dev/null";
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return "<popen failed>";
+  std::string last;
+  char buf[8192];
+  while (std::fgets(buf, sizeof buf, p)) last = buf;
+  ::pclose(p);
+  return last;
+}
+
+}  // namespace
+
+// forward_loop validated GCPRESSURE_POOL and GCPRESSURE_DEVICE(S), then
+// ignored them; now they apply (and --devices wins, as flags do).
+TEST(OptionsEverywhere, ForwardLoopAppliesTheDeviceAndPoolVariables) {
+  {
+    scoped_env e("GCPRESSURE_DEVICES", "0,1");
+    EXPECT_NE(forward_loop_json("").find("\"device_count\":2"), std::string::npos) << forward_loop_json("");
+    EXPECT_NE(forward_loop_json("--devices 1").find("\"device_count\":1"), std::string::npos) << "--devices wins";
+  }
+  {
+    scoped_env e("GCPRESSURE_DEVICE", "3");
+    const std::string j = forward_loop_json("");
+    EXPECT_NE(j.find("\"devices\":[{\"device\":3,"), std::string::npos) << j;
+  }
+  const std::regex peaks("\"peak_live_bytes\":([0-9]+),\"peak_reserved_bytes\":([0-9]+)");
+  std::smatch with_pool, without;
+  const std::string pooled = forward_loop_json("");
+  std::string unpooled;
+  {
+    scoped_env e("GCPRESSURE_POOL", "0");
+    unpooled = forward_loop_json("");
+  }
+  ASSERT_TRUE(std::regex_search(pooled, with_pool, peaks)) << pooled;
+  ASSERT_TRUE(std::regex_search(unpooled, without, peaks)) << unpooled;
+  // Without the pool nothing is cached or rounded up to a segment: reserved is live.
+  EXPECT_EQ(without[1], without[2]) << unpooled;
+  EXPECT_NE(with_pool[1], with_pool[2]) << "with the pool, segments reserve more than the live bytes: " << pooled;
+}
