@@ -68,6 +68,7 @@
 // ~200 ms gc.collect in a process that imported torch, found nothing). The
 // headroom bounds the stretch: memory that is needed is collected.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdio>
 #include <limits>
@@ -108,7 +109,32 @@ struct device_state {
   std::atomic<stream_ref> last_stream{nullptr};  // of the last allocation: hints record on it
   std::atomic<std::size_t> device_free{0}, reserved_at_refresh{0};
   std::atomic<std::size_t> fast_young{0}, fast_live{0}, fast_reserved{0};  // 0 fast_young: slow path
+  // Note [Allowances of the fast path]: written at a grant, not per allocation.
+  alignas(64) std::atomic<std::size_t> fast_allowance{0};
+  std::atomic<std::uint64_t> fast_epoch{0};
 };
+
+// Note [Allowances of the fast path]
+// The fast path's bounds (young bytes, live bytes) used to be checked
+// against the allocator's counters at every allocation; with per-thread
+// pool caches those are sums over every thread's slot (Note [Thread caches],
+// pool_cache.cpp), so each check would read lines other threads write.
+// Instead each publish turns the bounds into one allowance per device, the
+// bytes that may still be allocated before either bound is reached
+// (reconciled against the real counters there); a thread takes a share of
+// it (a sixteenth of what is left, at least the request) with one CAS and
+// spends it locally. A publish starts a new epoch, and a thread's share of
+// an older epoch is void, so the bytes allocated on the fast path between
+// two decision points never exceed what the last one allowed (frees do not
+// refill it: conservative, never over a bound).
+namespace {
+struct thread_allowance {
+  std::uint64_t epoch = 0;
+  std::size_t left = 0;
+};
+thread_local std::array<thread_allowance, detail::device_list::capacity> t_allowance{};
+std::atomic<std::uint64_t> g_fast_epoch{0};  // epochs are unique over every policy of the process
+}  // namespace
 
 class pressure_policy final : public gc_policy {
  public:
@@ -124,7 +150,9 @@ class pressure_policy final : public gc_policy {
   void before_allocate(device_allocator& a, std::size_t bytes, stream_ref stream) override {
     const std::size_t i = device_index(a);
     if (i == device_count()) return;
-    dev_[i].last_stream.store(stream, std::memory_order_relaxed);
+    // Compare, then store: the same stream's allocations write no shared line.
+    if (dev_[i].last_stream.load(std::memory_order_relaxed) != stream)
+      dev_[i].last_stream.store(stream, std::memory_order_relaxed);
     if (nothing_due(i, a, bytes)) return;  // Note [The allocation fast path]
     std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
     if (!lk.owns_lock()) {
@@ -354,11 +382,29 @@ class pressure_policy final : public gc_policy {
   // headroom's (fast_bounds); a cycle in progress disables the fast path.
   bool nothing_due(std::size_t i, device_allocator& a, std::size_t bytes) const noexcept {
     const device_state& d = dev_[i];
-    const std::size_t young_limit = d.fast_young.load(std::memory_order_relaxed);
-    if (young_limit == 0 || a.since_mark() + bytes >= young_limit) return false;
-    if (a.live_bytes() + bytes > d.fast_live.load(std::memory_order_relaxed)) return false;
+    if (d.fast_young.load(std::memory_order_relaxed) == 0) return false;
     if (a.reserved_bytes() + bytes > d.fast_reserved.load(std::memory_order_relaxed)) return false;
-    return now() - fast_refreshed_.load(std::memory_order_relaxed) < tuning_.refresh_seconds;
+    if (now() - fast_refreshed_.load(std::memory_order_relaxed) >= tuning_.refresh_seconds) return false;
+    return take_allowance(i, bytes);  // Note [Allowances of the fast path]
+  }
+
+  bool take_allowance(std::size_t i, std::size_t bytes) const noexcept {
+    const device_state& d = dev_[i];
+    thread_allowance& t = t_allowance[i];
+    const std::uint64_t epoch = d.fast_epoch.load(std::memory_order_acquire);
+    if (t.epoch != epoch) t = {epoch, 0};
+    if (bytes < t.left) {
+      t.left -= bytes;
+      return true;
+    }
+    auto& pool = const_cast<std::atomic<std::size_t>&>(d.fast_allowance);
+    std::size_t avail = pool.load(std::memory_order_relaxed), chunk;
+    do {
+      if (avail <= bytes) return false;
+      chunk = std::min(avail, std::max(avail / 16, bytes + 1));
+    } while (!pool.compare_exchange_weak(avail, avail - chunk, std::memory_order_relaxed));
+    t.left += chunk - bytes;
+    return true;
   }
 
   void publish_fast_path() noexcept {
@@ -385,6 +431,12 @@ class pressure_policy final : public gc_policy {
       for (std::size_t j = 0; j < device_count(); ++j) lag_possible = lag_possible || dev_[j].lag.possible();
       const std::size_t young = detail::fast_young_bound(v, known, pause, lag_possible, tuning_);
       d.fast_young.store(std::max<std::size_t>(young, 1), std::memory_order_relaxed);
+      // Note [Allowances of the fast path]: reconciled with the real counters here.
+      const std::size_t young_now = v.young, live_now = v.live;
+      const std::size_t room = std::min(young > young_now ? young - young_now : 0,
+                                        b.live > live_now ? b.live - live_now : 0);
+      d.fast_allowance.store(room, std::memory_order_relaxed);
+      d.fast_epoch.store(g_fast_epoch.fetch_add(1, std::memory_order_relaxed) + 1, std::memory_order_release);
     }
   }
 
