@@ -100,3 +100,30 @@ TEST(Limits, OomReportSaysCachedBytesCannotBeReturned) {
   a.free(fits, 16 * MiB);
   a.free(keep, 4 * MiB);
 }
+
+// Note [A lowered limit is met at once where it can be] (docs/DESIGN.md,
+// Invariants): lowering the hard limit returns idle cached segments before
+// set_hard_limit returns; below the bytes in use, reserved stays over the
+// limit, nothing grows it, and the frees that leave segments idle return
+// them, so the limit holds again once enough is freed.
+TEST(Limits, ALoweredHardLimitIsMetAtOnceWhereCachesAllow) {
+  device_allocator a(limited(64 * MiB));
+  std::vector<void*> held;
+  for (int i = 0; i < 8; ++i) held.push_back(a.allocate(8 * MiB));
+  ASSERT_EQ(a.reserved_bytes(), 64 * MiB);
+  for (int i = 2; i < 8; ++i) a.free(held[i], 8 * MiB);  // 48 MiB cached, 16 MiB in use
+  a.set_hard_limit(32 * MiB);
+  EXPECT_LE(a.reserved_bytes(), 32 * MiB) << "idle cached segments went back at once";
+  EXPECT_GE(a.reserved_bytes(), 16 * MiB);
+  a.set_hard_limit(8 * MiB);  // below the 16 MiB in use
+  EXPECT_GT(a.reserved_bytes(), a.hard_limit()) << "blocks in use are not taken away";
+  const std::size_t over = a.reserved_bytes();
+  EXPECT_THROW((void)a.allocate(16 * MiB), out_of_memory);
+  EXPECT_EQ(a.reserved_bytes(), over) << "nothing grows reserved over a lowered limit";
+  a.free(held[0], 8 * MiB);
+  a.free(held[1], 8 * MiB);
+  EXPECT_LE(a.reserved_bytes(), a.hard_limit()) << "met again once the blocks in use are freed";
+  void* p = a.allocate(4 * MiB);
+  EXPECT_LE(a.reserved_bytes(), a.hard_limit());
+  a.free(p, 4 * MiB);
+}

@@ -151,11 +151,19 @@ void device_allocator::set_soft_limit(std::size_t bytes) noexcept {
   soft_limit_.store(bytes, std::memory_order_relaxed);
 }
 
+// Note [A lowered limit is met at once where it can be]: idle cached
+// segments go back before this returns (outside every lock, as at a
+// refresh), so reserved <= hard holds again unless blocks in use exceed the
+// new limit; then no allocation grows reserved, and each free returns what
+// has become idle (free()) until reserved is under the limit again.
 void device_allocator::set_hard_limit(std::size_t bytes) noexcept {
-  std::lock_guard<std::mutex> lk(limits_mu_);
-  hard_follows_ = false;
-  follows_.store(soft_follows_, std::memory_order_relaxed);
-  limiter_->set_limit(bytes);
+  {
+    std::lock_guard<std::mutex> lk(limits_mu_);
+    hard_follows_ = false;
+    follows_.store(soft_follows_, std::memory_order_relaxed);
+    limiter_->set_limit(bytes);
+  }
+  if (reserved_bytes() > hard_limit()) release_cached();
 }
 
 // Under limits_mu_: the "%avail" limits for `available` bytes. A soft limit
@@ -379,6 +387,8 @@ void device_allocator::free(void* p, std::size_t bytes, stream_ref stream) {
     GCPRESSURE_FAIL(os.str());
   }
   if (!pool_) deallocate(p, bytes, stream);
+  // Note [A lowered limit is met at once where it can be]
+  if (pool_ && reserved_bytes() > hard_limit()) release_cached();
 }
 
 void device_allocator::deallocate(void* p, std::size_t bytes, stream_ref stream) noexcept {
