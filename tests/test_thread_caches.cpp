@@ -83,6 +83,7 @@ TEST(ThreadCaches, ABlockFreedOnAStreamGoesToAnotherOnlyAfterItsWork) {
   A.enqueue([open] { open.wait(); });  // A's work is still running when p is freed
   pool.deallocate(p, 4096, A.ref());
   std::vector<void*> on_b;
+  for (int i = 0; i < 200; ++i) on_b.push_back(pool.allocate(4096, B.ref()));  // this thread's cache holds p (on A)
   std::thread other([&] {  // another thread, another stream
     for (int i = 0; i < 200; ++i) on_b.push_back(pool.allocate(4096, B.ref()));
   });
