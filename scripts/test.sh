@@ -30,8 +30,15 @@ cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DGCPRESSURE_WITH_CUD
   -DGCPRESSURE_SANITIZE=address,undefined -DGCPRESSURE_BUILD_BENCH=OFF | shown
 cmake --build build/asan -j"$jobs"
 # Boehm's incremental mode takes write faults on protected pages (mprotect
-# dirty bits): ASan must let its SEGV handler through.
-export ASAN_OPTIONS=allow_user_segv_handler=1:handle_segv=0:detect_leaks=0
+# dirty bits): ASan must let its SEGV handler through. LeakSanitizer is on
+# (issue 25): what the library leaks on purpose (a pool's segments under live
+# blocks, a no-pool allocator's live blocks, the C API's destroyed shells) is
+# marked where it is leaked (Note [Leaks on purpose], error.hpp), so no
+# suppression is needed; before that, 11 of 463 entries reported exactly
+# those (the host backend's simulated device memory and 192-byte shells).
+# Boehm's heap is not malloc memory, so LeakSanitizer neither reports it nor
+# scans it; nothing reported here is held only from there.
+export ASAN_OPTIONS=allow_user_segv_handler=1:handle_segv=0:detect_leaks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 ctest --test-dir build/asan --output-on-failure -j"$jobs" $(junit asan build/asan)
 groups asan build/asan

@@ -232,6 +232,7 @@ device_allocator::~device_allocator() {
     std::ostringstream os;
     os << "device_allocator destroyed with " << nopool_->live.size() << " live block(s); they are leaked";
     detail::report_misuse(os.str());
+    for (const auto& [p, bytes] : nopool_->live) detail::leaked_on_purpose(p);  // Note [Leaks on purpose]
   }
   pool_.reset();
 }

@@ -10,6 +10,18 @@
 
 #include "gcpressure/types.hpp"
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GCPRESSURE_LSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(GCPRESSURE_LSAN)
+#define GCPRESSURE_LSAN 1
+#endif
+#if defined(GCPRESSURE_LSAN)
+#include <sanitizer/lsan_interface.h>
+#endif
+
 namespace gcpressure {
 
 namespace {
@@ -68,6 +80,13 @@ void report_misuse(const std::string& msg) noexcept {
   } catch (...) {
     // A handler that throws from a noexcept path would terminate; swallow.
   }
+}
+
+// Note [Leaks on purpose] (error.hpp).
+void leaked_on_purpose([[maybe_unused]] const void* p) noexcept {
+#if defined(GCPRESSURE_LSAN)
+  if (p) __lsan_ignore_object(p);
+#endif
 }
 
 caught_error classify_current_exception() noexcept {

@@ -260,6 +260,7 @@ pool_resource::~pool_resource() {
     os << "pool_resource destroyed with " << s.live.size() << " live block(s) (" << format_bytes(s.c.allocated)
        << "); their " << s.segments.size() << " segment(s) are leaked, not freed, so late frees stay harmless";
     detail::report_misuse(os.str());
+    for (auto* seg : s.segments) detail::leaked_on_purpose(seg->base);  // Note [Leaks on purpose]
   }
   for (auto& [owner, l] : s.lists)
     if (l.event_pending) s.ops().release(l.event);

@@ -57,6 +57,16 @@ std::string_view source_name(std::string_view file) noexcept;
 // misuse first and throw / return a status instead.
 void report_misuse(const std::string& msg) noexcept;
 
+// Note [Leaks on purpose]
+// Memory that may still be in use when its owner goes (a pool's segments
+// under live blocks, a no-pool allocator's live blocks, the C API's
+// tombstones) is leaked on purpose and reported (report_misuse). In an
+// AddressSanitizer build the owner also tells LeakSanitizer, object by
+// object, so that the leak check at exit reports only what nobody meant to
+// leak; elsewhere this does nothing. A pointer that is not a malloc'd object
+// (real device memory) is ignored by LeakSanitizer.
+void leaked_on_purpose(const void* p) noexcept;
+
 // Note [Errors at a C boundary]
 // The C API (gc_bridge/src/c_api.cpp) and the PyTorch shim (examples/torch:
 // guarded() in torch_state.hpp) let no exception cross their C entry
