@@ -16,6 +16,8 @@ process, and the accounting identities every run must satisfy:
       burst ran (the burst step really holds half the hard limit at once)
   syncs == device_count x ceil(iterations / K) with --sync-every K (K = 0:
       device_count; the loop waits every K iterations and after the last)
+  iterations == --iters, or, for a run cut short by --max-seconds S after
+      C seconds of CPU, at least 10 C / S of them (Note [A floor for cut runs])
 
 Extra flags such as --sync-every 8 (issue 20: the host runs up to 8
 iterations ahead of the device) are passed to forward_loop.
@@ -47,7 +49,8 @@ import sys
 # A small model (about 1 ms per iteration on one core in Release; ~100 ms in
 # the Debug sanitizer build), 200 iterations; every run is capped at 6 s of
 # loop time (every_iteration collects the whole heap each iteration), and the
-# burst workload bursts every 20 iterations so that a capped run still has one.
+# burst workload bursts every 20 iterations so that a capped run of 20 or more
+# still has one (the burst check needs one).
 BURST_EVERY = 20
 FLAGS = ["--backend", "host", "--policy", "all", "--workload", "all", "--iters", "200", "--burst-every", str(BURST_EVERY),
          "--hard-limit", "64MiB", "--max-seconds", "6", "--json", "--quiet"]
@@ -60,8 +63,32 @@ FLAGS = ["--backend", "host", "--policy", "all", "--workload", "all", "--iters",
 DEVICE_FLAGS = ["--iters", "40", "--max-seconds", "3", "--hard-limit", "8MiB", "--host-allocs", "0"]
 EPS = 1e-6
 
+# Note [A floor for cut runs]
+# --max-seconds S caps a run of N iterations (S/N = 30 ms an iteration here,
+# 75 ms over devices; Release takes about 1 ms): a slow build is cut short and
+# its run checked over the iterations it did. A cut run must still mean
+# something: an iteration may cost at most a tenth of S of the process's CPU
+# time on average (0.6 s here, 0.3 s over devices), so a run that got C CPU
+# seconds must have done at least 10 C / S iterations (10 when it had a core
+# all along). CPU, not wall time: on a loaded machine the process gets a
+# share of a core and a wall-time floor fails a healthy run (measured: 8 of
+# 40 over 2 devices in 3.8 s of wall but 1.36 s of CPU, 0.17 s each; 9 of 200
+# at a 256 MiB host heap under every_iteration, 0.31 s each; Debug + ASan/UBSan,
+# 2 cores, load average ~9). What it does not catch: a run stalled without
+# using the CPU (waiting); the iteration count alone cannot tell that from a
+# starved one.
+MAX_CPU_SHARE_PER_ITERATION = 0.1
 
-def check(run):
+
+def min_iterations(run, max_seconds):
+    """The fewest iterations a run may have done: all of them, unless cut."""
+    n = run["iterations_requested"]
+    if not run["stopped_early"]:
+        return n
+    return min(n, max(1, int(run["cpu_seconds"] / (MAX_CPU_SHARE_PER_ITERATION * max_seconds))))
+
+
+def check(run, max_seconds):
     """The identities one run breaks, as messages."""
     bad = []
     started = run["collections_minor"] + run["collections_full"] + run["collections_runtime"]
@@ -82,8 +109,12 @@ def check(run):
     if run["policy"] == "explicit_free" and run["workload"] == "burst" and run["iterations"] >= BURST_EVERY and \
             run["peak_live_bytes"] < 0.5 * run["hard_limit"]:
         bad.append("burst: peak live %d < half the hard limit %d" % (run["peak_live_bytes"], run["hard_limit"]))
-    if run["iterations"] < 1:
-        bad.append("no iteration ran")
+    floor = min_iterations(run, max_seconds)
+    if run["iterations"] < floor:
+        bad.append("%d of %d iterations%s; at least %d must run (Note [A floor for cut runs])" % (
+            run["iterations"], run["iterations_requested"],
+            " (cut short by --max-seconds %g after %.2f s of CPU)" % (max_seconds, run["cpu_seconds"])
+            if run["stopped_early"] else "", floor))
     k, n = run["sync_every"], run["iterations"]
     points = (n + k - 1) // k if k > 0 else 1
     if run["hint_before_sync"] and n >= 1 and run["syncs"] != run["device_count"] * points:
@@ -151,26 +182,36 @@ def main(argv):
     n = device_count(extra)
     flags = FLAGS + (DEVICE_FLAGS + ["--devices", str(n)] if n > 1 else [])
     cmd = [argv[1]] + flags + ["--host-heap-mib", argv[2]] + extra
+    # forward_loop takes the last --max-seconds given.
+    max_seconds = float([cmd[i + 1] for i, a in enumerate(cmd[:-1]) if a == "--max-seconds"][-1])
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     runs = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0:
         print("forward_loop failed (%d): %s\n%s" % (proc.returncode, " ".join(cmd), proc.stderr), file=sys.stderr)
         return 2
-    print("%-16s %-8s %6s %6s %5s %5s %6s %8s %8s %8s %5s" % (
+    print("%-16s %-8s %7s %6s %5s %5s %6s %8s %8s %8s %5s" % (
         "policy", "workload", "iters", "minor", "full", "rt", "coll", "exposed", "all_gc", "peak_MiB", "ooms"))
     failures = 0
     for run in runs:
-        print("%-16s %-8s %6d %6d %5d %5d %6d %8.3f %8.3f %8.1f %5d" % (
-            run["policy"], run["workload"], run["iterations"], run["collections_minor"], run["collections_full"],
+        print("%-16s %-8s %7s %6d %5d %5d %6d %8.3f %8.3f %8.1f %5d" % (
+            run["policy"], run["workload"], "%d%s" % (run["iterations"], "*" if run["stopped_early"] else ""),
+            run["collections_minor"], run["collections_full"],
             run["collections_runtime"], run["collector_collections"], run["exposed_gc_seconds"],
             run["gc_seconds_all"], run["peak_reserved_bytes"] / 2**20, run["ooms"]))
-        for msg in check(run) + (check_devices(run, n) if n > 1 else []):
+        for msg in check(run, max_seconds) + (check_devices(run, n) if n > 1 else []):
             failures += 1
             print("  FAIL %s/%s: %s" % (run["policy"], run["workload"], msg))
     expected = 6 * 4
     if len(runs) < expected:
         print("FAIL: %d runs, expected at least %d" % (len(runs), expected))
         return 1
+    cut = [r for r in runs if r["stopped_early"]]
+    if cut:
+        fewest = min(cut, key=lambda r: r["iterations"])
+        print("* %d run(s) cut short by --max-seconds %g, checked over the iterations they did; each had to do at "
+              "least 10 per --max-seconds of CPU it got (Note [A floor for cut runs]); fewest: %d of %d (%s/%s, "
+              "floor %d)" % (len(cut), max_seconds, fewest["iterations"], fewest["iterations_requested"],
+                             fewest["policy"], fewest["workload"], min_iterations(fewest, max_seconds)))
     print("%d runs, %d failure(s)" % (len(runs), failures))
     return 1 if failures else 0
 
