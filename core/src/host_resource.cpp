@@ -240,6 +240,9 @@ void host_resource::do_deallocate(void* p, std::size_t bytes, stream_ref stream)
     static_cast<host_stream*>(stream)->enqueue([life, p, bytes] {
       std::lock_guard<std::mutex> lk(life->mu);
       if (life->self) life->self->release_now(p, bytes);
+      // The resource is gone and left p to this free (its destructor frees
+      // nothing): the stream's work on p is done, so nothing can touch it.
+      else std::free(p);
     });
   } catch (...) {
     // Could not queue (no memory): wait for the stream instead of freeing early.
