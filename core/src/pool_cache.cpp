@@ -157,13 +157,16 @@ cache_bin* pool_impl::bin_for(thread_cache& tc, stream_ref stream, std::size_t s
     }
     if (victim->size != 0 && (b.size == 0 || b.used < victim->used)) victim = &b;
   }
-  if (!victim->blocks.empty()) {
-    std::lock_guard<std::mutex> lk(mu);
-    for (block* b : victim->blocks) give_back(b, victim->stream);
-  }
+  // Counted before the blocks go back: once given back another thread may
+  // reuse their records at once (TSan: a read of b->size here raced
+  // new_block's reset of the same record in another thread's split).
   for (block* b : victim->blocks) {
     store_sub(tc.slot->cached, b->size);
     store_sub(tc.slot->cached_blocks, 1);
+  }
+  if (!victim->blocks.empty()) {
+    std::lock_guard<std::mutex> lk(mu);
+    for (block* b : victim->blocks) give_back(b, victim->stream);
   }
   victim->blocks.clear();
   victim->size = 0;
