@@ -51,8 +51,8 @@ std::string env_name(const std::string& option) {
 }
 
 // forward_loop's flags that are options of the table.
-const std::set<std::string> k_flag_options = {"hard_limit", "soft_limit", "backend",      "policy",
-                                              "gc_budget",  "every_n",    "host_capacity"};
+const std::set<std::string> k_flag_options = {"hard_limit", "soft_limit",    "backend", "policy",  "gc_budget",
+                                              "every_n",    "host_capacity", "device",  "devices"};
 
 std::string flag_name(const std::string& option) {
   std::string f = "--" + option;
@@ -231,6 +231,15 @@ TEST(OptionsEverywhere, CudaWithoutAUsableDeviceSaysWhatToDo) {
 
 namespace {
 
+// The device ordinals of a forward_loop JSON result, in order.
+std::vector<int> json_devices(const std::string& j) {
+  std::vector<int> out;
+  const std::regex dev("\\{\"device\":([0-9]+),");
+  for (auto it = std::sregex_iterator(j.begin(), j.end(), dev); it != std::sregex_iterator(); ++it)
+    out.push_back(std::stoi((*it)[1]));
+  return out;
+}
+
 // forward_loop's last stdout line with --json (its JSON result).
 std::string forward_loop_json(const std::string& args) {
   const std::string cmd =
@@ -259,6 +268,12 @@ TEST(OptionsEverywhere, ForwardLoopAppliesTheDeviceAndPoolVariables) {
     const std::string j = forward_loop_json("");
     EXPECT_NE(j.find("\"devices\":[{\"device\":3,"), std::string::npos) << j;
   }
+  {
+    scoped_env e("GCPRESSURE_DEVICES", "0,1");  // the flags win over it
+    const std::string j = forward_loop_json("--device 3");
+    EXPECT_NE(j.find("\"device_count\":1"), std::string::npos) << j;
+    EXPECT_NE(j.find("\"devices\":[{\"device\":3,"), std::string::npos) << j;
+  }
   const std::regex peaks("\"peak_live_bytes\":([0-9]+),\"peak_reserved_bytes\":([0-9]+)");
   std::smatch with_pool, without;
   const std::string pooled = forward_loop_json("");
@@ -272,4 +287,23 @@ TEST(OptionsEverywhere, ForwardLoopAppliesTheDeviceAndPoolVariables) {
   // Without the pool nothing is cached or rounded up to a segment: reserved is live.
   EXPECT_EQ(without[1], without[2]) << unpooled;
   EXPECT_NE(with_pool[1], with_pool[2]) << "with the pool, segments reserve more than the live bytes: " << pooled;
+}
+
+// --devices is a count (flags are contracts) and, with a comma, the table's
+// list of ordinals, as GCPRESSURE_DEVICES reads it (Note [--devices: a count
+// or a list], bench/forward/cli.cpp).
+TEST(OptionsEverywhere, ForwardLoopDevicesTakesACountOrAList) {
+  EXPECT_EQ(json_devices(forward_loop_json("--devices 2")), (std::vector<int>{0, 1}));
+  EXPECT_EQ(json_devices(forward_loop_json("--devices 1,3")), (std::vector<int>{1, 3}));
+  EXPECT_EQ(json_devices(forward_loop_json("--devices=2,0")), (std::vector<int>{2, 0}));
+  {
+    scoped_env e("GCPRESSURE_DEVICES", "1,3");
+    EXPECT_EQ(json_devices(forward_loop_json("")), (std::vector<int>{1, 3}));
+    EXPECT_EQ(json_devices(forward_loop_json("--devices 0,2")), (std::vector<int>{0, 2})) << "the flag wins";
+  }
+  int rc = 0;
+  const std::string err = run_forward_loop("--devices 1,x", &rc);
+  EXPECT_EQ(rc, 2) << err;
+  EXPECT_NE(err.find("invalid value for --devices: '1,x' (expected device ordinals in [0, 1023]"), std::string::npos)
+      << err;
 }

@@ -65,7 +65,7 @@ std::string usage() {
       "                    [--hard-limit SIZE] [--soft-limit SIZE] [--trace FILE.csv] [--json] [--quiet]\n"
       "                    [--host-allocs N] [--host-capacity SIZE] [--gc-budget F] [--every-n N]\n"
       "                    [--promote-share F] [--burst-every N] [--burst-fraction F] [--hint-order before|after]\n"
-      "                    [--array-objects global|thread-local] [--devices N]\n"
+      "                    [--array-objects global|thread-local] [--devices N|LIST] [--device D]\n"
       "                    [--max-seconds S] [--seed N] [--verbose] [--help] [--version]\n"
       "\n"
       "A Flux-style forward pass (layers x Dense y = relu.(W*x .+ b)) whose arrays are GC-owned\n"
@@ -103,6 +103,8 @@ std::string usage() {
       "                    backend, each with the limits above, one policy over all. With N > 1\n"
       "                    the JSON's byte peaks are the most-pressed device's, its counts, other\n"
       "                    bytes and samples totals over the devices; \"devices\" has each one\n"
+      "  --devices LIST    with a comma: these device ordinals, e.g. 0,2 (GCPRESSURE_DEVICES's list)\n"
+      "  --device D        one device, ordinal D (default 0; GCPRESSURE_DEVICE)\n"
       "  --gc-budget F     fraction of wall time collections may take (default 0.05)\n"
       "  --every-n N       every_iteration: collect every N iterations (default 1)\n"
       "  --hint-order O    before (default): iteration hint, then the policy's synchronize;\n"
@@ -125,7 +127,7 @@ std::string usage() {
       "  --version         the library's version and the backends this build has\n"
       "\n"
       "Every GCPRESSURE_* variable of the library (README.md, Configuration) sets a default;\n"
-      "flags override them (--devices N over GCPRESSURE_DEVICE(S)). A bad variable is an error\n"
+      "flags override them (--devices and --device over GCPRESSURE_DEVICE(S)). A bad variable is an error\n"
       "of its own, with the message a bad flag of the same value gets.\n"
       "GCPRESSURE_HOST_SHARED=FILE shares the host backend's capacity with other processes, and\n"
       "limits such as 80%avail follow the memory they leave (docs/DESIGN.md, Other tenants).\n"
@@ -208,6 +210,27 @@ void apply_env(options& o) {
   if (set("GCPRESSURE_VERBOSE")) o.verbose = c.verbose;
 }
 
+// Note [--devices: a count or a list]
+// --devices N was a count (devices 0..N-1) before the options table had a
+// `devices` row, a list of ordinals; flags are contracts, so a value without
+// a comma stays a count and one with a comma is the table's list ("0,2"),
+// parsed by its row (set_option) with its messages. --device D is the
+// table's `device` row: one device, any ordinal. Either wins over
+// GCPRESSURE_DEVICE(S), as flags do.
+void apply_devices(options& o, const std::string& a, const std::string& v) {
+  if (a == "--devices" && v.find(',') == std::string::npos) {
+    o.devices = static_cast<int>(to_long(a, v, 1, 64));
+    o.device_ordinals.clear();  // devices 0..N-1
+    return;
+  }
+  gcp::config c;
+  lib([&] { gcp::set_option(c, a == "--device" ? "device" : "devices", v, a); });
+  o.device_ordinals = a == "--device" ? std::vector<int>{c.device} : c.devices;
+  if (o.device_ordinals.size() > 64) throw usage_error(a + ": at most 64 devices, not " +
+                                                       std::to_string(o.device_ordinals.size()));
+  o.devices = static_cast<int>(o.device_ordinals.size());
+}
+
 // One flag with its value (the caller has checked the name is known).
 void apply_flag(options& o, const std::string& a, const std::string& v) {
   if (a == "--backend") o.backend = to_backend(a, v);
@@ -220,10 +243,7 @@ void apply_flag(options& o, const std::string& a, const std::string& v) {
   else if (a == "--batch") o.batch = static_cast<int>(to_long(a, v, 1, 1 << 20));
   else if (a == "--host-heap-mib") o.host_heap_mib = static_cast<std::size_t>(to_long(a, v, 0, 1 << 20));
   else if (a == "--sync-every") o.sync_every = static_cast<int>(to_long(a, v, 0, 1 << 30));
-  else if (a == "--devices") {
-    o.devices = static_cast<int>(to_long(a, v, 1, 64));
-    o.device_ordinals.clear();  // the flag wins over GCPRESSURE_DEVICE(S): devices 0..N-1
-  }
+  else if (a == "--devices" || a == "--device") apply_devices(o, a, v);
   else if (a == "--host-allocs") o.host_allocs = static_cast<int>(to_long(a, v, 0, 1 << 24));
   else if (a == "--hard-limit") o.hard_limit = lib([&] { return gcp::parse_size(v, a); });
   else if (a == "--soft-limit") o.soft_limit = lib([&] { return gcp::parse_size(v, a); });
@@ -251,7 +271,7 @@ const char* const valued_flags[] = {
     "--backend", "--policy", "--workload", "--reps", "--iters", "--layers", "--d", "--batch", "--host-heap-mib",
     "--host-allocs", "--hard-limit", "--soft-limit", "--host-capacity", "--gc-budget", "--every-n",
     "--promote-share", "--burst-every", "--burst-fraction", "--max-seconds", "--seed", "--trace", "--hint-order",
-    "--array-objects", "--devices", "--sync-every", "--stop-file",
+    "--array-objects", "--devices", "--device", "--sync-every", "--stop-file",
     nullptr};
 
 }  // namespace

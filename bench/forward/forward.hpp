@@ -79,7 +79,8 @@ struct options {
   // over all of them.
   int devices = 1;
   // The devices' ordinals (GCPRESSURE_DEVICES, or GCPRESSURE_DEVICE alone);
-  // empty: 0..devices-1. --devices N clears it (the flag wins).
+  // empty: 0..devices-1. --devices N clears it, --devices 0,2 and --device D
+  // set it (Note [--devices: a count or a list], cli.cpp; flags win).
   std::vector<int> device_ordinals;
   bool pool = true;                     // GCPRESSURE_POOL: the library's pool caches freed blocks
   std::size_t async_release_threshold = 0;  // GCPRESSURE_ASYNC_RELEASE_THRESHOLD (cuda_async backend)
