@@ -27,6 +27,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <utility>
@@ -129,8 +130,13 @@ void cb_minor(void* ctx) { call_gc(static_cast<heap*>(ctx), static_cast<heap*>(c
 void cb_full(void* ctx) { call_gc(static_cast<heap*>(ctx), static_cast<heap*>(ctx)->full_fn_); }
 
 // --- options ------------------------------------------------------------------
-// Reads a string option into buf ("" when absent); false (thrown) when present
-// but not a string.
+// Note [Every option of the table]
+// Each key of the options object is an option of the library's table
+// (gcpressure_option_names: backend, hard_limit, gc_budget, verbose, ...),
+// set through gcpressure_options_set, so its parser and its message are the
+// ones its GCPRESSURE_* variable gets; or the addon's own `collector`. A
+// value is a string as is, a number in decimal (an integer without a
+// fraction) or a boolean as 1 or 0: the text the variable would hold.
 // The option `key` of o: false when absent or undefined.
 bool get_opt(napi_env env, napi_value o, const char* key, napi_value* v, napi_valuetype* t) {
   bool has = false;
@@ -140,78 +146,75 @@ bool get_opt(napi_env env, napi_value o, const char* key, napi_value* v, napi_va
   return *t != napi_undefined;
 }
 
-bool string_opt(napi_env env, napi_value o, const char* key, char* buf, size_t cap) {
-  buf[0] = 0;
-  napi_value v;
-  napi_valuetype t;
-  if (!get_opt(env, o, key, &v, &t)) return true;
-  size_t len;
-  if (t != napi_string || napi_get_value_string_utf8(env, v, buf, cap, &len) != napi_ok || len + 1 >= cap) {
-    throw_type(env, (std::string("gcpressure: Heap: option '") + key + "' must be a short string").c_str());
+// The text of an option's value (see the Note); false (thrown) for another type.
+bool option_text(napi_env env, const char* key, napi_value v, napi_valuetype t, std::string* out) {
+  char buf[256];
+  size_t len = 0;
+  if (t == napi_string) {
+    if (napi_get_value_string_utf8(env, v, buf, sizeof buf, &len) != napi_ok || len + 1 >= sizeof buf) {
+      throw_type(env, (std::string("gcpressure: Heap: option '") + key + "' is too long").c_str());
+      return false;
+    }
+    *out = std::string(buf, len);
+  } else if (t == napi_number) {
+    double x = 0;
+    napi_get_value_double(env, v, &x);
+    const bool integral = std::isfinite(x) && x == std::floor(x) && std::fabs(x) < 9007199254740992.0;
+    std::snprintf(buf, sizeof buf, integral ? "%.0f" : "%.17g", x);
+    *out = buf;
+  } else if (t == napi_boolean) {
+    bool b = false;
+    napi_get_value_bool(env, v, &b);
+    *out = b ? "1" : "0";
+  } else {
+    throw_type(env, (std::string("gcpressure: Heap: option '") + key + "' must be a string, a number or a boolean")
+                        .c_str());
     return false;
   }
   return true;
 }
 
-bool bool_opt(napi_env env, napi_value o, const char* key, bool dflt, bool* out) {
-  *out = dflt;
-  napi_value v;
-  napi_valuetype t;
-  if (!get_opt(env, o, key, &v, &t)) return true;
-  if (t != napi_boolean) {
-    throw_type(env, (std::string("gcpressure: Heap: option '") + key + "' must be a boolean").c_str());
-    return false;
-  }
-  napi_get_value_bool(env, v, out);
-  return true;
+bool is_table_option(const char* key) {
+  for (const char* const* n = gcpressure_option_names(); *n; ++n)
+    if (std::strcmp(*n, key) == 0) return true;
+  return false;
 }
 
-struct option_strings {
-  char backend[32], policy[64], hard[64], soft[64], capacity[64];
-};
+std::string known_options() {
+  std::string all;
+  for (const char* const* n = gcpressure_option_names(); *n; ++n) all += std::string(*n) + ", ";
+  return all + "collector";
+}
 
-// Fills o from the options object; false when an exception was thrown.
-bool read_options(napi_env env, napi_value obj, option_strings* s, gcpressure_options* o, bool* collector) {
-  static const char* const known[] = {"backend", "policy", "hard_limit", "soft_limit", "host_capacity", "collector",
-                                      nullptr};
+// Fills o from the options object (Note [Every option of the table]); the
+// policy's text into *policy; false when an exception was thrown.
+bool read_options(napi_env env, napi_value obj, gcpressure_options* o, bool* collector, std::string* policy) {
   napi_value names;
   uint32_t n = 0;
   napi_get_property_names(env, obj, &names);
   napi_get_array_length(env, names, &n);
   for (uint32_t i = 0; i < n; ++i) {
-    napi_value k;
+    napi_value k, v;
+    napi_valuetype t;
     char key[64];
     size_t len;
     napi_get_element(env, names, i, &k);
     napi_get_value_string_utf8(env, k, key, sizeof key, &len);
-    bool ok = false;
-    for (const char* const* p = known; *p; ++p) ok = ok || std::strcmp(*p, key) == 0;
-    if (!ok) {
-      throw_type(env, (std::string("gcpressure: Heap: unknown option '") + key +
-                       "' (known: backend, policy, hard_limit, soft_limit, host_capacity, collector)")
-                          .c_str());
-      return false;
+    if (!get_opt(env, obj, key, &v, &t)) continue;  // undefined: left unset
+    if (std::strcmp(key, "collector") == 0) {
+      if (t != napi_boolean) return throw_type(env, "gcpressure: Heap: option 'collector' must be a boolean"), false;
+      napi_get_value_bool(env, v, collector);
+      continue;
     }
+    if (!is_table_option(key))
+      return throw_type(env, ("gcpressure: Heap: unknown option '" + std::string(key) + "' (known: " +
+                              known_options() + ")").c_str()), false;
+    std::string text;
+    if (!option_text(env, key, v, t, &text)) return false;
+    if (gcpressure_options_set(o, key, text.c_str()) != GCPRESSURE_OK)
+      return throw_range(env, gcpressure_last_error()), false;
+    if (std::strcmp(key, "policy") == 0) *policy = o->policy;
   }
-  if (!string_opt(env, obj, "backend", s->backend, sizeof s->backend) ||
-      !string_opt(env, obj, "policy", s->policy, sizeof s->policy) ||
-      !string_opt(env, obj, "hard_limit", s->hard, sizeof s->hard) ||
-      !string_opt(env, obj, "soft_limit", s->soft, sizeof s->soft) ||
-      !string_opt(env, obj, "host_capacity", s->capacity, sizeof s->capacity) ||
-      !bool_opt(env, obj, "collector", true, collector))
-    return false;
-  // The backend and the host capacity through the library's options table
-  // (gcpressure_options_set): its names, aliases and sizes, its message.
-  for (const auto& [name, text] : {std::pair<const char*, const char*>{"backend", s->backend},
-                                   {"host_capacity", s->capacity}}) {
-    if (*text && gcpressure_options_set(o, name, text) != GCPRESSURE_OK) {
-      throw_range(env, gcpressure_last_error());
-      return false;
-    }
-  }
-  if (*s->policy) o->policy = s->policy;
-  if (*s->hard) o->hard_limit = s->hard;
-  if (*s->soft) o->soft_limit = s->soft;
   return true;
 }
 
@@ -254,15 +257,15 @@ napi_value heap_ctor(napi_env env, napi_callback_info info) {
   if (argc >= 3) napi_typeof(env, argv[1], &t1), napi_typeof(env, argv[2], &t2);
   if (t0 != napi_object || t1 != napi_function || t2 != napi_function)
     return throw_type(env, "gcpressure: new Heap(options, minorGc, fullGc): an options object and two functions");
-  option_strings s;
   gcpressure_options o;
   gcpressure_options_init(&o);
   bool collector = true;
-  if (!read_options(env, argv[0], &s, &o, &collector)) return nullptr;
+  std::string policy;
+  if (!read_options(env, argv[0], &o, &collector, &policy)) return nullptr;
   heap* h = new heap;
   h->env_ = env;
   h->collector_ = collector;
-  h->native_ = std::strcmp(s.policy, "runtime_native") == 0;
+  h->native_ = policy == "runtime_native";
   gcpressure_status st = gcpressure_create(&o, &h->a_);
   if (st != GCPRESSURE_OK) {
     delete h;

@@ -111,9 +111,9 @@ test('bad input: types, sizes, options', () => {
   // The C API's own messages:
   throwsWith(() => h.array(0), RangeError, 'GCPRESSURE_ERR_INVALID', 'gcpressure_alloc: zero-byte request');
   throwsWith(() => h.array(2 ** 40), Error, 'GCPRESSURE_ERR_OOM', 'hard limit 16.00 MiB');
-  throwsWith(() => gp.open({policy: 'nope'}), RangeError, 'GCPRESSURE_ERR_INVALID', "options.policy: 'nope'");
+  throwsWith(() => gp.open({policy: 'nope'}), RangeError, 'GCPRESSURE_ERR_INVALID', "for policy: 'nope'");
   throwsWith(() => gp.open({hard_limit: '12 potatoes'}), RangeError, 'GCPRESSURE_ERR_INVALID', 'unknown unit');
-  throwsWith(() => gp.open({hard_limit: 12}), TypeError, 'GCPRESSURE_ERR_INVALID', "'hard_limit' must be");
+  throwsWith(() => gp.open({hard_limit: {}}), TypeError, 'GCPRESSURE_ERR_INVALID', "'hard_limit' must be");
   throwsWith(() => gp.open({colour: 'red'}), TypeError, 'GCPRESSURE_ERR_INVALID', "unknown option 'colour'");
   throwsWith(() => gp.open(7), TypeError, 'GCPRESSURE_ERR_INVALID', 'must be an object');
   throwsWith(() => new gp.DeviceArray({}), TypeError, 'GCPRESSURE_ERR_INVALID', 'use heap.array(n)');
