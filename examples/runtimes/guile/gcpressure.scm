@@ -43,22 +43,56 @@
   (load-extension "libguile-gcpressure" "scm_init_gcpressure"))
 
 (define* (make-device-heap #:key (backend (if (getenv "GCPRESSURE_BACKEND") #f 'host))
-                           (hard-limit #f) (soft-limit #f)
-                           (policy #f) (collector 'callbacks)
-                           (incremental? #f))
+                           (collector 'callbacks) (incremental? #f)
+                           #:allow-other-keys #:rest args)
   "A device heap: one allocator on BACKEND ('host, 'cuda, 'cuda_async or
-'auto; 'cuda-async and 'cuda_sync are the library's aliases) bounded by HARD-LIMIT (bytes, or a string such as \"64MiB\" or
-\"80%\"; #f: the device's memory) with the policy aiming below SOFT-LIMIT
-(#f: 75% of the hard limit). POLICY is a name of the C API's
-gcpressure_policy_names(), e.g. \"pressure\" (#f: pressure). An option
-left #f comes from the GCPRESSURE_* environment if set there (explicit
-options override it); BACKEND defaults to 'host unless GCPRESSURE_BACKEND is
-set. COLLECTOR is 'callbacks
+'auto; 'cuda-async and 'cuda_sync are the library's aliases). Every option
+of the library's table (README.md, Configuration) is a keyword, '_' spelt
+'-': #:hard-limit (bytes, or a string such as \"64MiB\" or \"80%\"; #f: the
+device's memory), #:soft-limit (#f: 75% of the hard limit), #:policy (a name
+of the C API's gcpressure_policy_names(), e.g. \"pressure\"; #f: pressure),
+#:gc-budget, #:every-n, #:pool, #:verbose, #:host-capacity, #:device, ...
+A value is a string as its GCPRESSURE_* variable would hold it, a number, a
+symbol or a boolean (#t/#f: 1/0; for #:hard-limit, #:soft-limit and #:policy
+#f leaves it unset), parsed by the library's one parser with its message
+(Note [Every option of the table], guile_gcpressure.c). An option left out
+comes from the GCPRESSURE_* environment if set there (explicit options
+override it); BACKEND defaults to 'host unless GCPRESSURE_BACKEND is set.
+COLLECTOR is 'callbacks
 (the default: device arrays are finalized foreign objects and Guile's
 collector is registered as callbacks) or 'boehm (gcpressure's own GC-owned
 handles; INCREMENTAL? then asks for bdwgc's incremental mode — the first
 Boehm heap's choice holds for the whole process)."
-  (%make-device-heap backend hard-limit soft-limit policy collector incremental?))
+  (%make-device-heap backend (table-options args) collector incremental?))
+
+;; The keywords of ARGS that are the library's options, as an alist of
+;; (NAME . TEXT): NAME with '_' for '-' (#:gc-budget -> "gc_budget"), TEXT
+;; what its GCPRESSURE_* variable would hold. The module's own keywords are
+;; left out; a name the table lacks reaches the library, whose message
+;; lists the known ones.
+(define (table-options args)
+  (let loop ((a args) (acc '()))
+    (match a
+      (() (reverse! acc))
+      (((? keyword? k) v . rest)
+       (let ((name (string-map (lambda (c) (if (eqv? c #\-) #\_ c))
+                               (symbol->string (keyword->symbol k)))))
+         (cond ((member name '("backend" "collector" "incremental?")) (loop rest acc))
+               ((and (not v) (member name '("hard_limit" "soft_limit" "policy"))) (loop rest acc))
+               (else (loop rest (acons name (option-text name v) acc))))))
+      (_ (scm-error 'wrong-type-arg "make-device-heap" "expected keyword arguments, got ~S"
+                    (list args) (list args))))))
+
+(define (option-text name v)
+  (cond ((string? v) v)
+        ((symbol? v) (symbol->string v))
+        ((eq? v #t) "1")
+        ((eq? v #f) "0")
+        ((exact-integer? v) (number->string v))
+        ((real? v) (number->string (exact->inexact v)))
+        (else (scm-error 'wrong-type-arg "make-device-heap"
+                         "option #:~A must be a string, a number, a symbol or a boolean, not ~S"
+                         (list name v) (list v)))))
 
 (define* (heap-collect! heap #:optional (full? #f))
   "A collection the user asked for, with its finalizers and the drain."

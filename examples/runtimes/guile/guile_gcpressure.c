@@ -175,22 +175,33 @@ static void set_backend(gcpressure_options* o, SCM s) {
   check_status(st, "make-device-heap");
 }
 
-/* A size as a string for the options struct: #f -> NULL, an integer -> its
- * decimal bytes, a string ("512MiB", "80%") as is. The caller frees it. */
-static char* size_option(SCM v) {
-  if (scm_is_false(v)) return NULL;
-  if (scm_is_integer(v)) return scm_to_utf8_string(scm_number_to_string(v, SCM_UNDEFINED));
-  return scm_to_utf8_string(v);
+/* Note [Every option of the table]
+ * make-device-heap takes every option of the library's table as a keyword
+ * (gcpressure.scm turns them into (NAME . TEXT) pairs); each is set here
+ * through gcpressure_options_set, so its parser and its message are the ones
+ * its GCPRESSURE_* variable gets. Before, only the backend, the limits and
+ * the policy were taken, the limits and policy checked later and named
+ * options.X in their messages. */
+static void set_table_options(gcpressure_options* o, SCM alist) {
+  for (SCM p = alist; scm_is_pair(p); p = scm_cdr(p)) {
+    char* name = scm_to_utf8_string(scm_caar(p));
+    char* text = scm_to_utf8_string(scm_cdar(p));
+    const gcpressure_status st = gcpressure_options_set(o, name, text);
+    free(name);
+    free(text);
+    check_status(st, "make-device-heap");
+  }
 }
 
-/* Note [Options and the environment]: an option given as #f is left unset,
+/* Note [Options and the environment]: an option left out is left unset,
  * and gcpressure_create fills it from the GCPRESSURE_* environment, then from
  * its defaults; an explicit option overrides the environment. (gcpressure.scm
  * passes backend 'host unless GCPRESSURE_BACKEND is set.) */
-static SCM make_heap(SCM backend, SCM hard, SCM soft, SCM policy, SCM collector, SCM incremental) {
+static SCM make_heap(SCM backend, SCM options, SCM collector, SCM incremental) {
   gcpressure_options o;
   gcpressure_options_init(&o);
   if (scm_is_true(backend)) set_backend(&o, backend);
+  set_table_options(&o, options);
   const int boehm = scm_is_symbol(collector) && scm_is_eq(collector, scm_from_utf8_symbol("boehm"));
   if (!boehm && !(scm_is_symbol(collector) && scm_is_eq(collector, scm_from_utf8_symbol("callbacks"))))
     scm_misc_error("make-device-heap", "unknown collector ~S (callbacks, boehm)", scm_list_1(collector));
@@ -209,24 +220,8 @@ static SCM make_heap(SCM backend, SCM hard, SCM soft, SCM policy, SCM collector,
                    "#:incremental? needs #:collector 'boehm (Guile's callbacks collect the whole heap)", SCM_EOL);
   }
 
-  /* Validate before converting: nothing below may throw while C strings are held. */
-  if (!scm_is_false(hard) && !scm_is_integer(hard) && !scm_is_string(hard))
-    scm_wrong_type_arg_msg("make-device-heap", 2, hard, "#f, bytes or a size string");
-  if (!scm_is_false(soft) && !scm_is_integer(soft) && !scm_is_string(soft))
-    scm_wrong_type_arg_msg("make-device-heap", 3, soft, "#f, bytes or a size string");
-  if (!scm_is_false(policy) && !scm_is_string(policy))
-    scm_wrong_type_arg_msg("make-device-heap", 4, policy, "#f or a policy name string");
-  char* h = size_option(hard);
-  char* s = size_option(soft);
-  char* p = scm_is_false(policy) ? NULL : scm_to_utf8_string(policy);
-  if (h) o.hard_limit = h;
-  if (s) o.soft_limit = s;
-  if (p) o.policy = p;
   gcpressure_allocator* a = NULL;
   gcpressure_status st = gcpressure_create(&o, &a);
-  free(h);
-  free(s);
-  free(p);
   check_status(st, "make-device-heap");
 
   if (!boehm) {
@@ -599,7 +594,7 @@ void scm_init_gcpressure(void) {
       array_finalize);
   scm_c_define("<gcpressure-heap>", heap_type);
   scm_c_define("<device-array>", array_type);
-  scm_c_define_gsubr("%make-device-heap", 6, 0, 0, make_heap);
+  scm_c_define_gsubr("%make-device-heap", 4, 0, 0, make_heap);
   scm_c_define_gsubr("heap-destroy!", 1, 0, 0, heap_destroy);
   scm_c_define_gsubr("heap-iteration!", 1, 0, 0, heap_iteration);
   scm_c_define_gsubr("heap-quiet-moment!", 1, 1, 0, heap_quiet_moment);
