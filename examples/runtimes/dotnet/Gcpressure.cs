@@ -17,6 +17,7 @@
 // The runtime's own collections (GC.CollectionCount) are reported through
 // own_collections, less the ones the callbacks ran; their time is unknown.
 using System;
+using System.Collections.Generic;
 using System.Runtime.ConstrainedExecution;
 using System.Runtime.InteropServices;
 using System.Threading;
@@ -63,6 +64,7 @@ internal static class Native {
   [DllImport(Lib)] internal static extern IntPtr gcpressure_last_error();
   [DllImport(Lib)] internal static extern IntPtr gcpressure_status_string(int s);
   [DllImport(Lib)] internal static extern IntPtr gcpressure_policy_names();
+  [DllImport(Lib)] internal static extern IntPtr gcpressure_option_names();
   [DllImport(Lib)] internal static extern int gcpressure_create(ref Options o, out IntPtr a);
   [DllImport(Lib)] internal static extern int gcpressure_options_set(ref Options o, string name, string value);
   [DllImport(Lib)] internal static extern int gcpressure_destroy(IntPtr a);
@@ -78,6 +80,16 @@ internal static class Native {
   [DllImport(Lib)] internal static extern int gcpressure_in_collection();
 
   internal static string Str(IntPtr p) { return p == IntPtr.Zero ? "" : Marshal.PtrToStringAnsi(p); }
+  // A NULL-terminated array of C strings (gcpressure_policy_names, gcpressure_option_names).
+  internal static string[] Strings(IntPtr p) {
+    var list = new List<string>();
+    for (int i = 0;; ++i) {
+      IntPtr s = Marshal.ReadIntPtr(p, i * IntPtr.Size);
+      if (s == IntPtr.Zero) break;
+      list.Add(Str(s));
+    }
+    return list.ToArray();
+  }
 }
 
 // Note [Errors]: a failed C API call throws .NET's own exception for its
@@ -128,39 +140,30 @@ public sealed class Heap : IDisposable {
   readonly Native.SizeFn run_finalizers_, heap_bytes_;
   readonly Native.OwnFn own_;
 
-  public static string[] PolicyNames() {
-    var list = new System.Collections.Generic.List<string>();
-    IntPtr p = Native.gcpressure_policy_names();
-    for (int i = 0;; ++i) {
-      IntPtr s = Marshal.ReadIntPtr(p, i * IntPtr.Size);
-      if (s == IntPtr.Zero) break;
-      list.Add(Native.Str(s));
-    }
-    return list.ToArray();
-  }
+  public static string[] PolicyNames() { return Native.Strings(Native.gcpressure_policy_names()); }
 
   // backend: a name GCPRESSURE_BACKEND takes (null: auto); policy: a name of PolicyNames() or
   // "none" (no collector: the CLR alone); limits as the C API reads them ("64MiB", "80%").
-  public Heap(string backend = null, string policy = null, string hardLimit = null, string softLimit = null) {
+  // options: any other option of the library's table by its name (OptionNames(): "gc_budget",
+  // "every_n", "pool", "verbose", ...; Note [Every option of the table]).
+  public Heap(string backend = null, string policy = null, string hardLimit = null, string softLimit = null,
+              IDictionary<string, object> options = null) {
     var o = new Native.Options();
     Native.gcpressure_options_init(ref o);
     if (o.struct_size.ToUInt64() != (ulong)Marshal.SizeOf(typeof(Native.Options)))
       throw new NotSupportedException("gcpressure: the C API's gcpressure_options is " + o.struct_size +
                                       " bytes, this binding's " + Marshal.SizeOf(typeof(Native.Options)));
-    // The library's options table reads the name (its aliases, its message).
-    if (backend != null) Errors.Check(Native.gcpressure_options_set(ref o, "backend", backend), "Heap");
     bool collector = policy != "none";
     native_ = policy == "runtime_native";
-    IntPtr[] strs = {Marshal.StringToHGlobalAnsi(collector ? policy : null), Marshal.StringToHGlobalAnsi(hardLimit),
-                     Marshal.StringToHGlobalAnsi(softLimit)};
-    try {
-      o.policy = strs[0];
-      o.hard_limit = strs[1];
-      o.soft_limit = strs[2];
-      Errors.Check(Native.gcpressure_create(ref o, out a_), "Heap");
-    } finally {
-      foreach (IntPtr s in strs) Marshal.FreeHGlobal(s);  // null-safe
-    }
+    var given = new List<KeyValuePair<string, object>>();
+    if (backend != null) given.Add(new KeyValuePair<string, object>("backend", backend));
+    if (collector && policy != null) given.Add(new KeyValuePair<string, object>("policy", policy));
+    if (hardLimit != null) given.Add(new KeyValuePair<string, object>("hard_limit", hardLimit));
+    if (softLimit != null) given.Add(new KeyValuePair<string, object>("soft_limit", softLimit));
+    if (options != null) given.AddRange(options);
+    foreach (var kv in given)
+      Errors.Check(Native.gcpressure_options_set(ref o, kv.Key, OptionText(kv.Key, kv.Value)), "Heap");
+    Errors.Check(Native.gcpressure_create(ref o, out a_), "Heap");
     if (!StatsJson().Contains("\"backend\":\"host\"")) {
       Native.gcpressure_destroy(a_);
       throw Errors.Make(6, "gcpressure: Heap: unsupported: this binding computes on the CPU: backend host only");
@@ -194,6 +197,25 @@ public sealed class Heap : IDisposable {
     c.own_collections = Marshal.GetFunctionPointerForDelegate(own_);
     Errors.Check(Native.gcpressure_set_collector(a_, ref c), "Heap");
   }
+
+  // Note [Every option of the table]
+  // Every option is set through gcpressure_options_set, so its parser and its
+  // message are the ones its GCPRESSURE_* variable gets (the C API copies the
+  // text). A value is the text that variable would hold: a string as is, an
+  // integer in decimal, a double in round-trip form, a bool as 1 or 0.
+  static string OptionText(string name, object v) {
+    if (v is string) return (string)v;
+    if (v is bool) return (bool)v ? "1" : "0";
+    if (v is double || v is float)
+      return Convert.ToDouble(v).ToString("R", System.Globalization.CultureInfo.InvariantCulture);
+    if (v is int || v is long || v is uint || v is ulong || v is short || v is ushort || v is byte || v is sbyte)
+      return Convert.ToString(v, System.Globalization.CultureInfo.InvariantCulture);
+    throw Errors.Make(1, "gcpressure: Heap: option '" + name + "' must be a string, a number or a bool, not " +
+                         (v == null ? "null" : v.GetType().Name));
+  }
+
+  // The names of the library's options table (gcpressure_option_names).
+  public static string[] OptionNames() { return Native.Strings(Native.gcpressure_option_names()); }
 
   public bool RuntimeNative { get { return native_; } }
   public long ExternalBytes { get { return Interlocked.Read(ref external_); } }

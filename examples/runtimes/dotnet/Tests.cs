@@ -14,8 +14,9 @@ public static class Program {
     System.Array.Copy(args, 1, rest, 0, rest.Length);
     if (cmd == "forward") return ForwardLoop.Run(rest);
     if (cmd == "test") return Tests.Run();
+    if (cmd == "options-table") return OptionsTable.Run();
     if (cmd == "fuzz") return Tests.Fuzz(rest.Length > 1 && rest[0] == "--ops" ? int.Parse(rest[1]) : 5000);
-    Console.Error.WriteLine("usage: mono gcpressure_dotnet.exe forward ARGS | test | fuzz [--ops N]");
+    Console.Error.WriteLine("usage: mono gcpressure_dotnet.exe forward ARGS | test | options-table | fuzz [--ops N]");
     return 2;
   }
 }
@@ -96,7 +97,7 @@ public static class Tests {
         Throws<ArgumentException>(() => h.Array(0), "gcpressure_alloc: zero-byte request");
         Throws<ArgumentOutOfRangeException>(() => h.Array(-1), "must be in");
         Throws<OutOfMemoryException>(() => h.Array(1L << 40), "hard limit 16.00 MiB");
-        Throws<ArgumentException>(() => new Heap("host", "nope"), "options.policy: 'nope'");
+        Throws<ArgumentException>(() => new Heap("host", "nope"), "invalid value for policy: 'nope'");
         Throws<ArgumentException>(() => new Heap("host", "pressure", "12 potatoes"), "unknown unit");
         Throws<ArgumentException>(() => new Heap("tape"), "invalid value for backend: 'tape' (expected auto, host");
         DeviceArray w = h.Array(16), x = h.Array(32);
