@@ -364,16 +364,48 @@ GCP_EXPORT int gcp_torch_trim(int device) {
   });
 }
 
+namespace {
+
+// Limits in bytes on `a` (0 leaves one unchanged). Returns 0 or -1.
+int set_limits_on(device_allocator& a, size_t soft, size_t hard) {
+  const size_t h = hard ? hard : a.hard_limit();
+  size_t s = soft ? soft : a.soft_limit();
+  if (soft && s > h) return fail(soft_above_hard_message(s, h));  // Note [Soft above hard]
+  a.set_hard_limit(h);
+  a.set_soft_limit(std::min(s, h));
+  return 0;
+}
+
+// Note [Limits as text]
+// A limit given as text is read by core's size parser, the one
+// GCPRESSURE_SOFT_LIMIT / _HARD_LIMIT and gcp_torch_init use, naming
+// `what` ("soft_limit"), so "64MiB", "64 MB" and "50%" mean here what they
+// mean there (a percentage of this device's memory). "N%avail" follows the
+// memory at run time, which a limit set now cannot (set_hard_limit pins it):
+// an error, as at the C API's gcpressure_parse_size. NULL: 0 (unchanged).
+size_t limit_bytes(const device_allocator& a, const char* text, const std::string& what) {
+  if (!text) return 0;
+  const size_spec spec = parse_size(text, what);
+  if (spec.of_available)
+    throw gcpressure::logic_error("gcpressure: invalid value for " + what + ": '" + text +
+                                  "' (N%avail follows the memory at run time; set it with gcp_torch_init)");
+  return spec.resolve(a.device_memory().total);
+}
+
+}  // namespace
+
 // Limits in bytes (0 leaves one unchanged). Any time.
 GCP_EXPORT int gcp_torch_set_limits(int device, size_t soft, size_t hard) {
+  return guarded([&] { return set_limits_on(*slot(device).alloc, soft, hard); });
+}
+
+// Limits as text ("64MiB", "64 MB", "50%", bytes; NULL leaves one
+// unchanged: Note [Limits as text]). Any time. Returns 0 or -1.
+GCP_EXPORT int gcp_torch_set_limits_text(int device, const char* soft, const char* hard) {
   return guarded([&] {
     device_allocator& a = *slot(device).alloc;
-    const size_t h = hard ? hard : a.hard_limit();
-    size_t s = soft ? soft : a.soft_limit();
-    if (soft && s > h) return fail(soft_above_hard_message(s, h));  // Note [Soft above hard]
-    a.set_hard_limit(h);
-    a.set_soft_limit(std::min(s, h));
-    return 0;
+    const size_t h = limit_bytes(a, hard, "hard_limit"), s = limit_bytes(a, soft, "soft_limit");
+    return set_limits_on(a, s, h);
   });
 }
 

@@ -60,11 +60,17 @@ def find_library(path: str | None = None) -> str:
 
 
 def _size(v):
+    """A size or option value as the library's parser reads it: bytes or text."""
     if v is None:
         return None
-    if isinstance(v, int):
-        return str(v).encode()
+    if isinstance(v, bool):
+        return b"1" if v else b"0"
     return str(v).encode()
+
+
+def _limit(v):
+    """set_limits' value: None or 0 (int) leave the limit as it is."""
+    return None if v is None or (isinstance(v, int) and not isinstance(v, bool) and v == 0) else _size(v)
 
 
 class Library:
@@ -97,6 +103,8 @@ class Library:
             lib.gcp_torch_collect.argtypes = [ctypes.c_int, ctypes.c_int]
             lib.gcp_torch_set_limits.restype = ctypes.c_int
             lib.gcp_torch_set_limits.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t]
+            lib.gcp_torch_set_limits_text.restype = ctypes.c_int
+            lib.gcp_torch_set_limits_text.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p]
             lib.gcp_torch_usage.restype = ctypes.c_int
             lib.gcp_torch_usage.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_size_t),
                                             ctypes.POINTER(ctypes.c_size_t)]
@@ -200,15 +208,12 @@ def configure(soft_limit=None, hard_limit=None, policy: str | None = "pressure",
             raise GcpressureTorchError(f"gcpressure is already configured in this process (by {_config.get('by')})")
         L = Library(lib)
         freeze = bool(options.pop("freeze", False))
-        for k, v in options.items():
-            if v is None:
-                continue
-            if isinstance(v, bool):
-                v = "1" if v else "0"
-            L.check(L.py.gcp_torch_set_option(k.encode(), str(v).encode()), f"option {k}={v!r}")
-        L.check(L.py.gcp_torch_init(backend.encode() if backend else None, _size(soft_limit), _size(hard_limit),
-                                    policy.encode() if policy else None, float(budget or 0.0)),
-                "gcp_torch_init")
+        # budget is the table's gc_budget: its parser, its range (0 is an error, not "unset").
+        for k, v in dict(options, **({} if budget is None else {"gc_budget": budget})).items():
+            if v is not None:
+                L.check(L.py.gcp_torch_set_option(k.encode(), _size(v)), f"option {k}={v!r}")
+        L.check(L.py.gcp_torch_init(_size(backend or None), _size(soft_limit), _size(hard_limit),
+                                    _size(policy or None), 0.0), "gcp_torch_init")
         main = 1 if threading.current_thread() is threading.main_thread() else 0
         L.check(L.py.gcp_torch_attach_python(main), "gcp_torch_attach_python")
         atexit.register(_shutdown, L)
@@ -405,10 +410,13 @@ def usage(device=None) -> tuple[int, int]:
     return live.value, res.value
 
 
-def set_limits(soft: int = 0, hard: int = 0, device=None) -> None:
-    """Limits in bytes (0 leaves one unchanged)."""
+def set_limits(soft=0, hard=0, device=None) -> None:
+    """Limits: bytes (an int; 0 or None leaves one unchanged) or text the
+    library's size parser reads as it reads GCPRESSURE_SOFT_LIMIT and the
+    constructor's limits ("64MiB", "64 MB" = 64 MiB, "50%" of the device:
+    Note [Limits as text] in examples/torch/gcpressure_torch.cpp)."""
     L = _need()
-    L.check(L.py.gcp_torch_set_limits(_device(device), int(soft), int(hard)), "set_limits")
+    L.check(L.py.gcp_torch_set_limits_text(_device(device), _limit(soft), _limit(hard)), "set_limits")
 
 
 def reset_peaks(device=None) -> None:
