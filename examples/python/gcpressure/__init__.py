@@ -273,7 +273,12 @@ class Allocator:
         self._lib.check(self._lib.lib.gcpressure_trim(self.handle), "gcpressure_trim")
 
     def set_limits(self, soft=0, hard=0) -> None:
-        self._lib.check(self._lib.fast.gcpressure_set_limits(self.handle, parse_size(soft), parse_size(hard)))
+        """Limits: bytes (0 leaves one unchanged) or sizes as the constructor
+        reads them ("64MiB", "64 MB", "50%" of this device), so they mean what
+        the PyTorch plug-in's set_limits makes of them."""
+        total = self.stats()["device_total"]
+        self._lib.check(self._lib.fast.gcpressure_set_limits(self.handle, parse_size(soft, total),
+                                                             parse_size(hard, total)))
 
     def usage(self) -> tuple[int, int]:
         """(live, reserved) device bytes."""

@@ -90,6 +90,9 @@ class OptionsTable(unittest.TestCase):
             self.assertEqual(s["soft_limit"], 1 << 30)
             a.set_limits(soft="1GB")
             self.assertEqual(a.stats()["soft_limit"], 1 << 30)
+            a.set_limits(hard="50%", soft="25%")  # of the simulated device, as the plug-in's set_limits
+            total = a.stats()["device_total"]
+            self.assertEqual((a.stats()["hard_limit"], a.stats()["soft_limit"]), (total // 2, total // 4))
         finally:
             a.close()
 
