@@ -320,9 +320,30 @@ static SCM heap_usage(SCM heap) {
   return scm_values(scm_list_2(scm_from_size_t(live), scm_from_size_t(reserved)));
 }
 
+/* A limit argument of heap-set-limits!: bytes (0 or #f: unchanged) or a
+ * size string read as make-device-heap reads its limits ("64MiB", "64 MB",
+ * "50%" of the device) by the library's parser, gcpressure_parse_size. */
+static size_t limit_arg(gcpressure_allocator* a, SCM v) {
+  if (scm_is_false(v)) return 0;
+  if (!scm_is_string(v)) return scm_to_size_t(v);
+  char js[8192];
+  size_t device_total = 0;
+  if (gcpressure_stats_json(a, js, sizeof js, NULL) == GCPRESSURE_OK) {
+    const char* t = strstr(js, "\"device_total\":");
+    if (t) device_total = (size_t)strtoull(t + 15, NULL, 10);
+  }
+  char* text = scm_to_utf8_string(v);
+  size_t bytes = 0;
+  const gcpressure_status st = gcpressure_parse_size(text, device_total, &bytes);
+  free(text);
+  check_status(st, "heap-set-limits!");
+  return bytes;
+}
+
 static SCM heap_set_limits(SCM heap, SCM soft, SCM hard) {
-  check_status(gcpressure_set_limits(heap_of(heap, "heap-set-limits!"), scm_to_size_t(soft), scm_to_size_t(hard)),
-               "heap-set-limits!");
+  gcpressure_allocator* a = heap_of(heap, "heap-set-limits!");
+  const size_t s = limit_arg(a, soft), h = limit_arg(a, hard);
+  check_status(gcpressure_set_limits(a, s, h), "heap-set-limits!");
   return SCM_UNSPECIFIED;
 }
 

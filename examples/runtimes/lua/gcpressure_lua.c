@@ -468,13 +468,31 @@ static int heap_usage(lua_State* L) {
   return 2;
 }
 
-/* heap:set_limits(soft, hard) in bytes; 0 or nil leaves one unchanged */
+/* A limit argument of heap:set_limits: bytes (0 or nil: unchanged) or a
+ * size string read as gcpressure.new reads its limits ("64MiB", "64 MB",
+ * "50%" of the device) by the library's parser, gcpressure_parse_size. */
+static size_t limit_arg(lua_State* L, heap* h, int i) {
+  if (lua_type(L, i) != LUA_TSTRING) {
+    const lua_Integer b = luaL_optinteger(L, i, 0);
+    luaL_argcheck(L, b >= 0, i, "negative");
+    return (size_t)b;
+  }
+  push_stats(L, h); /* the device's total, for a percentage */
+  const char* total = strstr(lua_tostring(L, -1), "\"device_total\":");
+  const size_t device_total = total ? (size_t)strtoull(total + 15, NULL, 10) : 0;
+  lua_pop(L, 1);
+  size_t bytes = 0;
+  const gcpressure_status st = gcpressure_parse_size(lua_tostring(L, i), device_total, &bytes);
+  if (st != GCPRESSURE_OK) lgcp_fail(L, "set_limits", st);
+  return bytes;
+}
+
+/* heap:set_limits(soft, hard): bytes or size strings (limit_arg); 0 or nil
+ * leaves one unchanged */
 static int heap_set_limits(lua_State* L) {
   heap* h = lgcp_check_heap(L, 1);
-  const lua_Integer soft = luaL_optinteger(L, 2, 0), hard = luaL_optinteger(L, 3, 0);
-  luaL_argcheck(L, soft >= 0, 2, "negative");
-  luaL_argcheck(L, hard >= 0, 3, "negative");
-  gcpressure_status st = gcpressure_set_limits(h->a, (size_t)soft, (size_t)hard);
+  const size_t soft = limit_arg(L, h, 2), hard = limit_arg(L, h, 3);
+  gcpressure_status st = gcpressure_set_limits(h->a, soft, hard);
   if (st != GCPRESSURE_OK) return lgcp_fail(L, "set_limits", st);
   return 0;
 }

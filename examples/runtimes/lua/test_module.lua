@@ -159,6 +159,14 @@ keep = nil
 heap:set_limits(0, 32 * 1024 * 1024)
 check(count(heap:stats(), "hard_limit") == 32 * 1024 * 1024, "set_limits")
 raises(function() heap:set_limits(64 * 1024 * 1024, 0) end, "soft limit above hard limit", "soft > hard")
+-- size strings, read as gcpressure.new reads its limits
+heap:set_limits("16 MB", "32MiB")
+check(count(heap:stats(), "soft_limit") == 16 * 1024 * 1024, "set_limits('16 MB')")
+local total = count(heap:stats(), "device_total")
+heap:set_limits(nil, "50%")
+check(count(heap:stats(), "hard_limit") == total // 2, "set_limits(nil, '50%') of " .. tostring(total))
+heap:set_limits(0, 32 * 1024 * 1024)
+raises(function() heap:set_limits("64 MBx") end, "invalid value for size: '64 MBx' (unknown unit", "bad size string")
 
 -- incremental mode (a property of the whole Lua state)
 local inc = gcpressure.new{ backend = "host", hard_limit = "16MiB", gc_mode = "incremental", step_kb = 256 }
