@@ -39,6 +39,8 @@ struct world {
   gcp::device_allocator alloc;
   std::unique_ptr<gcp::gc_policy> policy;
   std::size_t peak_live = 0;
+  std::size_t steady_peak = 0;  // from loop_shape::steady_from on
+  std::size_t early_peak = 0;   // before it
 
   world(const std::string& name, std::size_t hard, std::size_t soft, gcp::policy_options po = {})
       : alloc(dev, host_limits(hard, soft)) {
@@ -70,6 +72,7 @@ struct loop_shape {
   int lifetime = 0;
   bool sync = true;
   int sync_every = 1;  // synchronize every K iterations (forward_loop --sync-every)
+  int steady_from = 0;  // world::steady_peak counts from this iteration on
 };
 
 void run_loop(world& w, const loop_shape& s) {
@@ -78,6 +81,8 @@ void run_loop(world& w, const loop_shape& s) {
     for (int k = 0; k < s.arrays; ++k) {
       w.clock.advance(s.host_s);
       const int id = w.make(s.bytes);
+      std::size_t& peak = it >= s.steady_from ? w.steady_peak : w.early_peak;
+      peak = std::max(peak, w.alloc.live_bytes());
       if (s.sync) w.dev.launch(s.device_s);
       else w.clock.advance(s.device_s);  // the host computes itself
       if (s.lifetime == 0) w.gc.drop(id);
@@ -177,15 +182,18 @@ TEST(SyncSchedule, ExposedTimeStaysWithinTheBudgetWhenMinorsExceedTheSlack) {
 // ahead: minors run at allocations and hints, hidden, every iteration or
 // two, and the loop is as fast as the device.
 TEST(LagSchedule, MinorsRunHiddenInTheLagOfALoopThatSyncsEvery8) {
-  const auto run = [](int k, gcp::collection_stats* g, std::size_t* peak, double* wall) {
+  std::size_t steady8 = 0;
+  const auto run = [&steady8](int k, gcp::collection_stats* g, std::size_t* peak, double* wall) {
     world w("pressure", 4096 * MiB, 3072 * MiB);
     w.gc.minor_seconds = 6 * ms;
     loop_shape s;
     s.iterations = 400;
     s.sync_every = k;
+    s.steady_from = 2 * k;
     run_loop(w, s);
     *g = w.stats();
     *peak = w.peak_live;
+    if (k == 8) steady8 = w.steady_peak;
     *wall = w.policy->wall_seconds();
     EXPECT_EQ(w.alloc.stats().ooms, 0u);
   };
@@ -201,11 +209,42 @@ TEST(LagSchedule, MinorsRunHiddenInTheLagOfALoopThatSyncsEvery8) {
   EXPECT_GT(minors(g8), 400u / 3);
   EXPECT_LE(g8.exposed_gc_seconds, 0.01 * wall8);
   EXPECT_GT(g8.hidden_gc_seconds, 100 * 6 * ms);
-  // One iteration of temporaries is 32 MiB: a minor every iteration or two
-  // keeps a few of them (up to 6 in the first window, before the cost and
-  // the lag are known), where K = 1 keeps many.
-  EXPECT_LE(peak8, 6 * 32 * MiB);
+  // One iteration of temporaries is 32 MiB and the device takes 4.8 ms for
+  // one: a 6 ms minor is hidden only with two iterations or more queued
+  // behind the one running, so after the first two windows minors run
+  // every other iteration and keep at most three iterations' temporaries.
+  // Before, up to seven (the lag is unknown until the first sync: the guess
+  // of Note [A guess before the first sync], "a minor fits in an iteration",
+  // is refuted by the third minor). K = 1 keeps many more.
+  EXPECT_LE(steady8, 3 * 32 * MiB);
+  EXPECT_LE(peak8, 7 * 32 * MiB);
   EXPECT_LT(peak8 * 2, peak1) << "K=1 peak " << peak1;
+}
+
+// Note [A guess before the first sync]: a loop that never syncs (but at its
+// end) on a device barely slower than the host (0.9 ms per iteration
+// against 0.8 ms of host work) has two iterations queued now and then; the
+// guess "a 6 ms minor fits in an iteration" is wrong there, and the first
+// minor taken on it is exposed. It is refuted at once: exposed GC time
+// stays within the budget plus four minors (the two that learn the cost at
+// the start, the one the guess costs, one for the budget's granularity:
+// 36 ms measured); without the refutation every such moment exposed one
+// (39 minors, 0.234 s).
+TEST(LagSchedule, AWrongGuessOfTheLagCostsOneExposedMinor) {
+  world w("pressure", 4096 * MiB, 3072 * MiB);
+  w.gc.minor_seconds = 6 * ms;
+  loop_shape s;
+  s.iterations = 300;
+  s.host_s = 0.1 * ms;
+  s.device_s = 0.1125 * ms;
+  s.sync_every = s.iterations;
+  run_loop(w, s);
+  const auto g = w.stats();
+  SCOPED_TRACE(gcp::to_text(w.alloc.stats()));
+  const double wall = w.policy->wall_seconds();
+  EXPECT_GT(minors(g), 2u);
+  EXPECT_LE(g.exposed_gc_seconds, 0.05 * wall + 4 * w.gc.minor_seconds);
+  EXPECT_EQ(w.alloc.stats().ooms, 0u);
 }
 
 // A CPU-bound loop never waits for the device: no slack, and the policy falls
@@ -257,15 +296,20 @@ TEST(AllocSchedule, ConservativelyPromotedGarbageDoesNotClimb) {
   w.gc.minor_seconds = 0.5 * ms;
   w.gc.slice_seconds = 0.5 * ms;
   loop_shape s;
-  s.iterations = 800;
+  s.iterations = 1600;
   s.sync = false;
   s.lifetime = 2;  // survive the minor that comes within two iterations
+  s.steady_from = 800;
   run_loop(w, s);
   const auto g = w.stats();
   SCOPED_TRACE(gcp::to_text(w.alloc.stats()));
   EXPECT_GT(cycles(g), 0u);
+  // The second half's peak is the first half's: a plateau (measured 18.2x
+  // the live arrays, the same at 800, 1600 and 3200 iterations), where a
+  // climbing footprint grows with the run.
+  EXPECT_LE(w.steady_peak, w.early_peak) << "footprint climbed";
   const std::size_t truth = 3 * 32 * MiB;
-  EXPECT_LE(w.peak_live, 16 * truth) << "footprint climbed";
+  EXPECT_LE(w.peak_live, 20 * truth);
 }
 
 // Note [No collection storms]: one step holds 60% of the hard limit, then
@@ -337,26 +381,28 @@ TEST(Exposure, ProbeSeparatesHiddenFromExposed) {
   EXPECT_NEAR(g.gc_seconds, 6 * ms, 1e-12);
 }
 
-// A minor longer than the slack, on a collector that can slice it, runs as a
-// cycle over several syncs and stays hidden: slices stop short of the
-// expected end of the slack.
-TEST(SyncSchedule, SlicedMinorsLongerThanTheSlackStayHidden) {
+// Note [Minors at syncs run whole]: a minor longer than the slack, even on a
+// collector that can slice it, runs whole at a sync (slices of bdwgc's
+// minor are as long as the minor's stopped part), and the budget spaces
+// them out: exposed GC time near the budget, the rest of each minor hidden
+// in the slack, no minor cycles, no blocking cycles.
+TEST(SyncSchedule, MinorsLongerThanTheSlackRunWholeWithinTheBudget) {
   world w("pressure", 4096 * MiB, 3072 * MiB);
   w.gc.incremental_minor = true;
-  w.gc.minor_seconds = 12 * ms;  // 1 ms slices against 4.45 ms of slack
+  w.gc.minor_seconds = 12 * ms;  // against 4.45 ms of slack
   w.gc.minor_slices = 12;
   loop_shape s;
   s.iterations = 300;
   run_loop(w, s);
   const auto g = w.stats();
   SCOPED_TRACE(gcp::to_text(w.alloc.stats()));
-  EXPECT_GT(w.gc.minor_cycles_done, s.iterations / 6) << "sliced minors did not keep up";
-  // Exposed: only the learning-phase whole minors and finalizer runs.
-  EXPECT_LE(g.exposed_gc_seconds, 3 * w.gc.minor_seconds);
-  EXPECT_GT(g.hidden_gc_seconds, 10 * w.gc.minor_seconds);
+  EXPECT_EQ(w.gc.minor_cycles_done, 0u) << "a minor was sliced";
+  const double wall = w.policy->wall_seconds();
+  // The budget plus the two minors that learn the cost at the start (and
+  // one for the budget's granularity).
+  EXPECT_LE(g.exposed_gc_seconds, 0.05 * wall + 3 * w.gc.minor_seconds);
+  EXPECT_GT(minors(g), 5u);
   EXPECT_EQ(g.blocking_cycles, 0u);
-  // A minor spans about three syncs: about four iterations of temporaries.
-  EXPECT_LE(w.peak_live, 6 * 32 * MiB);
   EXPECT_EQ(w.alloc.stats().ooms, 0u);
 }
 

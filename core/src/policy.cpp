@@ -232,6 +232,9 @@ void gc_policy::device_probe::rethrow() {
 
 void gc_policy::account_exposure(double seconds) {
   const bool hidden = t_probe && &t_probe->p_ == this && t_probe->busy();
+  if (opts_.verbose && seconds >= 1e-4)  // --verbose: each part of a collection, as the probe saw it
+    std::fprintf(stderr, "gcpressure[%s]:   %.3f ms %s (%s)\n", name(), seconds * 1e3, hidden ? "hidden" : "exposed",
+                 cycle_active() ? "a slice" : "a collection");
   std::lock_guard<std::mutex> lk(stats_mu_);
   (hidden ? stats_.hidden_gc_seconds : stats_.exposed_gc_seconds) += seconds;
 }

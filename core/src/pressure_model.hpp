@@ -30,7 +30,11 @@ namespace detail {
 // slow the loop down, because each one runs only while the device has more
 // than its pause queued (the lag is re-polled at each decision, so the
 // host's time spent collecting is seen in the next). One that is exposed
-// also waits for growth x floor (the heap-doubling rule). With no lag
+// also waits for growth x floor (the heap-doubling rule) times the share of
+// its pause that is exposed: a minor that overruns the lag by a tenth waits
+// for a tenth of it (a step from "free" to the whole rule made a minor 0.5 ms
+// over a 5.7 ms slack wait for ten iterations of a loop that keeps 20 MiB
+// alive, and the peak went from 4.9x to 7.9x the oracle's). With no lag
 // (CPU-bound loops) the rule is the budget rule: rate x P / gc_budget.
 // The allocation fast path's bounds are this threshold at the best lag the
 // device can have, and the headroom bounds below (fast_bounds).
@@ -49,8 +53,7 @@ struct pressure_tuning {
   double max_full_backoff = 64;          // a cycle that finds little doubles the next one's need, up to this
   double smoothing = 0.25;               // weight of a new sample in every learned average
   double refresh_seconds = 0.1;          // devices' free memory is read at most this often
-  double sync_fit_share = 0.5;           // a whole minor at a sync where it fits in this share of the slack
-                                         // (collectors that can slice a minor; 1.0 otherwise)
+  double rate_horizon_seconds = 0.5;     // Note [The allocation rate is per wall second]
   static pressure_tuning from(const policy_options& o) {
     pressure_tuning t;
     t.gc_budget = o.gc_budget;
@@ -88,6 +91,7 @@ struct pressure_snapshot {
   double exposed = 0, wall = 0;     // the policy's exposed GC seconds so far, wall seconds
   int headroom_collections = 0;     // this iteration's (Note [No collection storms])
   bool cycle = false, minor_cycle = false;  // a sliced cycle is in progress (and it is a minor)
+  double cycle_exposed = 0, cycle_wall = 0;  // since it started: exposed GC seconds, wall seconds
   bool syncing = false;             // the loop synchronizes at its hints (hints defer to syncs)
 };
 
@@ -134,14 +138,34 @@ inline double headroom(const device_snapshot& d, const pressure_tuning& t) {
 // queued device work.
 inline double exposed_part(double pause, double lag) { return std::max(0.0, pause - std::max(0.0, lag)); }
 
+// Note [Allocations wait for the hint]
+// A minor at an allocation runs inside an iteration, while that iteration's
+// temporaries are alive: it promotes them (Note [Generations of device
+// bytes]: a survivor is old, only a whole-heap cycle frees it). The same
+// minor at the iteration's hint costs the same and promotes only what
+// outlives the iteration. So in a loop that gives hints (stretch > 0, the
+// young bytes between two hints), an allocation collects only for the
+// headroom (the soft limit, the device's free memory): the budget and the
+// lag decide at hints and syncs. On the H200 (RESULTS.md, 2026-12-02
+// evening; 256 MiB host heap, a sync every 8 iterations) free minors at
+// 16 MiB of young bytes, mid-iteration, promoted the layers' live arrays:
+// live bytes grew from 560 MiB to 4.66 GiB and the peak was 9.86x the
+// oracle's; a step that holds half the hard limit was collected in the
+// middle, promoted whole, and took a 170 ms whole-heap cycle to get back.
+inline std::size_t allocation_young_bound(const device_snapshot& d, std::size_t threshold,
+                                          const pressure_tuning& t) {
+  if (d.stretch <= 0) return threshold;
+  return std::max(threshold, static_cast<std::size_t>(headroom(d, t)));
+}
+
 // Note [One decision over an explicit model]: the young bytes at which a
 // minor with this pause and lag is worth its cost.
 inline std::size_t young_threshold(const device_snapshot& d, bool cost_known, double pause, double lag,
                                    const pressure_tuning& t) {
   const double exposed = cost_known ? exposed_part(pause, lag) : 0;
-  const bool free = cost_known && exposed <= 0;
+  const double share = !cost_known ? 1 : pause > 0 ? exposed / pause : 0;  // of the pause, exposed
   const double min_young = static_cast<double>(t.min_young_bytes);
-  const double floor = free ? min_young : std::max(t.growth * static_cast<double>(d.floor), min_young);
+  const double floor = std::max(share * t.growth * static_cast<double>(d.floor), min_young);
   const double time = d.rate * exposed / t.gc_budget;
   const double b = std::max(floor, time) / std::clamp(d.yield, t.min_yield, 1.0) * d.futile;
   return static_cast<std::size_t>(std::min(b, headroom(d, t)));
@@ -164,13 +188,16 @@ inline pressure_decision decide(const pressure_snapshot& s, const pressure_tunin
   r.hidden = s.cost_known && lag > 0 && exposed_part(s.pause, lag) <= 0;
   const bool due = d.young >= r.threshold;
   const bool over = over_headroom(d, t);
-  const double exposed_share = s.wall > 0 ? s.exposed / s.wall : 0;
   if (s.cycle) {
     // A sliced cycle: finished at once when memory is needed now, else a
     // whole-heap cycle advances paced by the exposed budget (or in the
-    // device's time at a sync); a sliced minor waits for syncs.
+    // device's time at a sync); a sliced minor waits for syncs. The pace is
+    // the cycle's own: its exposed slices within gc_budget of its wall time.
+    // Against the exposed share of the whole run, a cycle started early (or
+    // after a long setup) ran a 1 ms slice at every allocation: 664 exposed
+    // slices in one cycle, a third of the run's wall time (H200, 1 GiB heap).
     const std::size_t no_lag = young_threshold(d, s.cost_known, s.pause, 0, t);
-    const bool paced = !s.minor_cycle && exposed_share < t.gc_budget;
+    const bool paced = !s.minor_cycle && s.cycle_exposed < t.gc_budget * s.cycle_wall;
     if (s.event == pressure_event::sync) r.action = pressure_action::step_cycle;
     else if (s.event == pressure_event::allocation && (d.young >= no_lag || over))
       r.action = pressure_action::finish_cycle;
@@ -179,9 +206,11 @@ inline pressure_decision decide(const pressure_snapshot& s, const pressure_tunin
   }
   switch (s.event) {
     case pressure_event::allocation: {
+      r.threshold = allocation_young_bound(d, r.threshold, t);  // Note [Allocations wait for the hint]
+      const bool due_here = d.young >= r.threshold;
       const std::size_t need = std::max(t.min_young_bytes, d.backoff);
-      r.headroom = !due && over && d.young >= need && s.headroom_collections < t.headroom_collections_per_iteration;
-      if (due || r.headroom) r.action = pressure_action::minor;
+      r.headroom = !due_here && over && d.young >= need && s.headroom_collections < t.headroom_collections_per_iteration;
+      if (due_here || r.headroom) r.action = pressure_action::minor;
       break;
     }
     case pressure_event::hint: {
@@ -197,9 +226,20 @@ inline pressure_decision decide(const pressure_snapshot& s, const pressure_tunin
       if ((due && (r.hidden || !s.syncing)) || quiet) r.action = pressure_action::minor;
       break;
     }
-    case pressure_event::sync:
-      if (d.young >= std::max(t.min_young_bytes, r.threshold)) r.action = pressure_action::minor;
+    case pressure_event::sync: {
+      // Note [Syncs collect what the next stretch would]: also when the
+      // young bytes of one more stretch would make an allocation's minor
+      // due (at no lag: exposed whole) before the next sync; here the slack
+      // hides part of it. Each such minor replaces one the allocations
+      // would have taken, so the count is the same, and better placed (on
+      // the H200 at 256 MiB, a sync every iteration: minors crossed the
+      // budget's threshold mid-iteration, 6.5 ms exposed each, and none ran
+      // at the syncs, whose 5.2 ms of slack went unused).
+      const std::size_t at_alloc = allocation_young_bound(d, young_threshold(d, s.cost_known, s.pause, 0, t), t);
+      const bool soon = static_cast<double>(d.young) + d.stretch >= static_cast<double>(at_alloc);
+      if (d.young >= t.min_young_bytes && (d.young >= r.threshold || soon)) r.action = pressure_action::minor;
       break;
+    }
   }
   return r;
 }
@@ -210,7 +250,8 @@ inline pressure_decision decide(const pressure_snapshot& s, const pressure_tunin
 inline std::size_t fast_young_bound(const device_snapshot& d, bool cost_known, double pause, bool lag_possible,
                                     const pressure_tuning& t) {
   // The threshold falls as the lag grows: its lowest is at any lag.
-  return young_threshold(d, cost_known, pause, lag_possible ? std::numeric_limits<double>::infinity() : 0, t);
+  const double lag = lag_possible ? std::numeric_limits<double>::infinity() : 0;
+  return allocation_young_bound(d, young_threshold(d, cost_known, pause, lag, t), t);
 }
 
 }  // namespace detail

@@ -69,6 +69,7 @@
 // headroom bounds the stretch: memory that is needed is collected.
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <atomic>
 #include <cstdio>
 #include <limits>
@@ -98,6 +99,7 @@ using detail::pressure_event;
 struct device_state {
   // Guarded by collect_mu_.
   double rate = 0, yield = 1.0;  // young bytes per second; share of young bytes gone at a collection
+  double rate_bytes = 0, rate_seconds = 0;  // Note [The allocation rate is per wall second]
   std::size_t live_after = 0, old = 0, floor = 0;  // Note [Generations of device bytes]
   double stretch = 0;            // Note [Quiet moments]: bytes per stretch between hints
   std::size_t young_at_quiet = 0, collected_since_quiet = 0;
@@ -183,7 +185,7 @@ class pressure_policy final : public gc_policy {
       if (opts_.verbose) explain_early(snap, dec);
       for (std::size_t j = 0; j < device_count(); ++j) dev_[j].collected_since_quiet += device(j).since_mark();
       if (dec.headroom) ++headroom_collections_;
-      begin_minor();
+      begin_minor(dec.hidden && lag_guessed_);
       const outcome o = run_collection(gc_kind::minor, gc_reason::early);
       // Note [No collection storms]: a headroom collection that found little
       // on this device doubles the young bytes the next one needs there.
@@ -229,10 +231,9 @@ class pressure_policy final : public gc_policy {
   }
 
   // Note [Collect in the device's time] (policy.cpp): what is due runs while
-  // the device works, slice by slice, stopping a slice short of the end of
-  // the expected slack so that the work stays hidden. A minor that does not
-  // fit runs as a sliced cycle over several syncs where the collector can
-  // (Note [Sliced cycles]).
+  // the device works: a minor whole (Note [Minors at syncs run whole]), a
+  // whole-heap cycle slice by slice, each stopping short of the end of the
+  // expected slack so that the work stays hidden (Note [Sliced cycles]).
   void before_block(device_allocator&, const std::function<bool()>& device_busy) override {
     block_work(device_busy);
     publish_fast_path();
@@ -242,7 +243,7 @@ class pressure_policy final : public gc_policy {
     const std::size_t i = device_index(on);
     std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
     if (i == device_count() || !lk.owns_lock()) return;
-    dev_[i].lag.synced(now(), waited, tuning_.smoothing);
+    dev_[i].lag.synced(now(), waited);
     publish_fast_path();
   }
 
@@ -286,25 +287,28 @@ class pressure_policy final : public gc_policy {
     s.dev.stretch = d.stretch;
     s.cost_known = minor_cost_.known();
     s.pause = s.cost_known ? minor_cost_.predict(static_cast<double>(young_all() + bytes)) : 0;
-    s.lag = event == pressure_event::sync ? sync_lag(s.pause) : 0;
-    const double t = now();
-    for (std::size_t j = 0; j < device_count(); ++j) s.lag = std::max(s.lag, dev_[j].lag.lag(t));
+    // At a sync the lag is the slack: a minor there runs whole (Note [Minors
+    // at syncs run whole]); its exposed part is pause - slack.
+    s.lag = event == pressure_event::sync ? slack_estimate() : 0;
+    // Note [A guess before the first sync]
+    const double t = now(), guess = lag_guess_refuted_ ? 0 : s.pause;
+    lag_guessed_ = false;
+    for (std::size_t j = 0; j < device_count(); ++j) {
+      const double lag = dev_[j].lag.lag(t, guess);
+      lag_guessed_ = lag_guessed_ || (!dev_[j].lag.measured() && lag > s.lag && guess > 0);
+      s.lag = std::max(s.lag, lag);
+    }
     s.exposed = own_exposed_seconds();
     s.wall = wall_seconds();
     s.headroom_collections = headroom_collections_;
     s.cycle = cycle_active();
     s.minor_cycle = minor_cycle_active();
+    if (s.cycle && !s.minor_cycle) {
+      s.cycle_exposed = s.exposed - exposed_at_cycle_start_;
+      s.cycle_wall = t - cycle_started_;
+    }
     s.syncing = syncing_;
     return s;
-  }
-
-  // The lag at a sync: the slack, or what minors run at syncs measured
-  // exposed there (Note [Exposed GC time]); a collector that slices its
-  // minors hides them whatever their length (Note [Sliced cycles]).
-  double sync_lag(double pause) const {
-    if (gc_.has_incremental_minor()) return std::numeric_limits<double>::infinity();
-    if (minor_exposed_samples_ == 0) return slack_estimate();
-    return std::max(0.0, pause - minor_exposed_);
   }
 
   // An iteration hint or a quiet moment that will not block.
@@ -315,10 +319,11 @@ class pressure_policy final : public gc_policy {
     const std::uint64_t syncs = sync_count();
     syncing_ = syncs != syncs_at_quiet_;
     syncs_at_quiet_ = syncs;
-    bool minor = false, step = false;
+    bool minor = false, step = false, on_guess = false;
     for (std::size_t i = 0; i < device_count(); ++i) {
       learn_stretch(i);
       const detail::pressure_decision dec = detail::decide(snapshot(i, pressure_event::hint, 0), tuning_);
+      on_guess = on_guess || (dec.action == pressure_action::minor && dec.hidden && lag_guessed_);
       minor = minor || dec.action == pressure_action::minor;
       step = step || dec.action == pressure_action::step_cycle;
     }
@@ -331,7 +336,7 @@ class pressure_policy final : public gc_policy {
       outcome o;
       if (step_full_cycle(gc_reason::quiet_moment, &o)) learn_full(o);
     } else {
-      begin_minor();
+      begin_minor(on_guess);
       finish_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment), gc_reason::quiet_moment);
     }
     probe.rethrow();
@@ -349,20 +354,27 @@ class pressure_policy final : public gc_policy {
     const auto room = [&] { return now() + opts_.slice_seconds <= deadline && device_busy(); };
     if (!cycle_active()) {
       if (!sync_due()) return;
-      // A whole minor only where it surely fits; a sliced one otherwise.
-      const double share = gc_.has_incremental_minor() ? tuning_.sync_fit_share : 1.0;
-      const bool fits =
-          minor_cost_.known() && minor_cost_.predict(static_cast<double>(young_all())) <= share * slack_estimate();
-      if (!gc_.has_incremental_minor() || fits) {
-        if (!room() && minor_cost_.known()) return;
-        begin_minor(true);
-        finish_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment), gc_reason::quiet_moment);
-        if (!cycle_active()) return;
-      }
+      // Note [Minors at syncs run whole]
+      // bdwgc's incremental minor cannot be sliced finer than what it does
+      // with the world stopped (the O(heap blocks) part): measured on the
+      // host backend at a 256 MiB heap, a minor of 5.5 ms ran as two slices
+      // of 2.5-6 ms each, the second at the next sync and exposed, so
+      // slicing doubled the minor; on the H200 at 1 GiB, 823 slices overran
+      // the slack (1.28 s of 2.0 s of wall exposed, RESULTS.md 2026-12-02
+      // evening). So a minor due at a sync runs whole, as soon as the host
+      // gets there (the slack then hides what it can); whole-heap cycles
+      // still run in slices (their mark is long and does slice).
+      const double pause = minor_cost_.known() ? minor_cost_.predict(static_cast<double>(young_all())) : 0;
+      if (opts_.verbose)
+        std::fprintf(stderr, "gcpressure[pressure]: at a sync: young %s, predicted minor %.3f ms, slack %.3f ms\n",
+                     format_bytes(young_all()).c_str(), pause * 1e3, slack_estimate() * 1e3);
+      if (!device_busy() && minor_cost_.known()) return;
+      begin_minor();
+      finish_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment), gc_reason::quiet_moment);
+      if (!cycle_active()) return;
     }
     while (room()) {
-      const gc_kind k = minor_cycle_active() || !cycle_active() ? gc_kind::minor : gc_kind::incremental_full;
-      if (!cycle_active()) begin_minor(true);
+      const gc_kind k = minor_cycle_active() ? gc_kind::minor : gc_kind::incremental_full;
       outcome o;
       if (!step_cycle(k, gc_reason::quiet_moment, &o)) continue;
       if (k == gc_kind::minor) finish_minor(o, gc_reason::quiet_moment);
@@ -424,6 +436,7 @@ class pressure_policy final : public gc_policy {
       v.rate = d.rate;
       v.yield = d.yield;
       v.futile = d.futile;
+      v.stretch = d.stretch;
       const detail::headroom_bounds b = detail::fast_bounds(v, tuning_);
       d.fast_live.store(b.live, std::memory_order_relaxed);
       d.fast_reserved.store(b.reserved, std::memory_order_relaxed);
@@ -493,30 +506,53 @@ class pressure_policy final : public gc_policy {
     d.collected_since_quiet = 0;
   }
 
+  // Note [The allocation rate is per wall second]
+  // The rate prices time in bytes: the budget rule's threshold is the bytes
+  // allocated while the exposed budget earns a pause (rate x exposed / gc
+  // budget), and a whole-heap cycle holds rate x its wall time. Both are per
+  // second of wall, waits included. A loop that syncs every K iterations
+  // allocates K iterations' bytes in a burst, then waits; averaging the
+  // per-interval rates of collections taken inside the burst gave the
+  // burst's rate (467 GiB/s against 46 GiB/s over wall on the H200) and
+  // priced every whole-heap cycle out. So the rate is a ratio of sums over
+  // the intervals between collections, each weighed down by exp(-age /
+  // rate_horizon_seconds, 0.5 s: three windows of a loop that syncs every 32
+  // iterations of 5 ms): bytes over seconds, whatever the intervals' lengths.
   void learn_rate(const outcome& o) {
     const double interval = now() - last_end_ - o.seconds;
+    last_end_ = now();
+    // The first interval starts when the policy was made, before whatever
+    // the program did until it allocated (a host heap built, a model
+    // loaded): on the H200 it held the rate at 2-28 GiB/s for a second
+    // against the loop's 48. It teaches nothing.
+    if (!rate_started_) {
+      rate_started_ = true;
+      return;
+    }
+    if (interval <= 0) return;
+    const double keep = std::exp(-interval / tuning_.rate_horizon_seconds);
     for (std::size_t i = 0; i < o.devices.size(); ++i) {
       device_state& d = dev_[i];
-      if (interval <= 0 || o.devices[i].young_before == 0) continue;
-      d.rate = smooth(d.rate, static_cast<double>(o.devices[i].young_before) / interval);
+      d.rate_bytes = keep * d.rate_bytes + static_cast<double>(o.devices[i].young_before);
+      d.rate_seconds = keep * d.rate_seconds + interval;
+      d.rate = d.rate_bytes / d.rate_seconds;
     }
-    last_end_ = now();
   }
 
-  // The exposed seconds of the minor that starts now are measured from here;
-  // only minors run at syncs teach the sync's lag what they expose.
-  void begin_minor(bool at_sync = false) {
+  // The exposed seconds of the minor that starts now are measured from here
+  // (Note [A guess before the first sync]).
+  void begin_minor(bool on_guess = false) {
     exposed_at_minor_start_ = own_exposed_seconds();
-    minor_at_sync_ = at_sync;
+    minor_on_guess_ = on_guess;
   }
 
   void learn_minor(const outcome& o) {
     learn_rate(o);
-    if (minor_at_sync_) {
-      const double exposed = std::max(0.0, own_exposed_seconds() - exposed_at_minor_start_);
-      minor_exposed_ = minor_exposed_samples_++ ? smooth(minor_exposed_, exposed) : exposed;
-      minor_at_sync_ = false;
-    }
+    // Note [A guess before the first sync]: a minor taken as hidden on the
+    // guess that was a quarter exposed or more refutes it.
+    if (minor_on_guess_ && own_exposed_seconds() - exposed_at_minor_start_ > 0.25 * o.seconds)
+      lag_guess_refuted_ = true;
+    minor_on_guess_ = false;
     minor_cost_.add(static_cast<double>(o.young_before), o.seconds);
     for (std::size_t i = 0; i < o.devices.size(); ++i) {
       device_state& d = dev_[i];
@@ -547,6 +583,7 @@ class pressure_policy final : public gc_policy {
     full_cost_ = smooth(full_cost_, o.seconds);
     full_wall_ = smooth(full_wall_, now() - cycle_started_);
     full_backoff_ = o.reclaimed * 4 < suspect_at_start_ ? std::min(full_backoff_ * 2, tuning_.max_full_backoff) : 1;
+    floor_known_ = true;
     for (std::size_t i = 0; i < o.devices.size(); ++i) {
       dev_[i].live_after = o.devices[i].live_after;
       dev_[i].floor = dev_[i].old = o.devices[i].live_after;
@@ -556,6 +593,16 @@ class pressure_policy final : public gc_policy {
 
   void finish_minor(const outcome& o, gc_reason reason) {
     learn_minor(o);
+    // Note [A floor before the first whole-heap collection]: until one
+    // measures it, the floor is what the first minor at a hint or sync left
+    // (only what outlives iterations is alive there); with 0 instead, the
+    // model's weights promoted by the first minors read as 560 MiB of
+    // suspected garbage and started a whole-heap cycle in the first
+    // iterations (170 ms, exposed, on the H200 at a 256 MiB host heap).
+    if (!floor_known_ && reason == gc_reason::quiet_moment) {
+      floor_known_ = true;
+      for (std::size_t i = 0; i < o.devices.size(); ++i) dev_[i].floor = std::max(dev_[i].floor, o.devices[i].live_after);
+    }
     for (std::size_t i = 0; i < device_count(); ++i) dev_[i].young_at_quiet = 0;
     maybe_start_full(reason);
   }
@@ -613,6 +660,7 @@ class pressure_policy final : public gc_policy {
     const std::uint64_t own_full = gc_.counters().own_full_collections;
     if (own_full != own_full_seen_) {  // the runtime ran a whole-heap collection itself
       own_full_seen_ = own_full;
+      floor_known_ = true;
       for (std::size_t i = 0; i < device_count(); ++i) dev_[i].floor = dev_[i].old = device(i).live_bytes();
       return;
     }
@@ -623,6 +671,7 @@ class pressure_policy final : public gc_policy {
     const bool in_device_time = sync_count() > 0 && slack_estimate() > 0;
     if (!in_device_time && !any_pressing && exposed_fraction() >= opts_.gc_budget) return;
     cycle_started_ = now();
+    exposed_at_cycle_start_ = own_exposed_seconds();
     suspect_at_start_ = suspect;
     outcome o;
     if (step_full_cycle(reason, &o)) learn_full(o);
@@ -631,11 +680,12 @@ class pressure_policy final : public gc_policy {
   const detail::pressure_tuning tuning_;
   std::unique_ptr<device_state[]> dev_;  // one per device (capacity: add_device)
   detail::cost_model minor_cost_;
-  double minor_exposed_ = 0, exposed_at_minor_start_ = 0;  // smoothed exposed seconds per minor at syncs
-  std::uint64_t minor_exposed_samples_ = 0;
-  bool minor_at_sync_ = false;
+  double exposed_at_minor_start_ = 0;
+  bool lag_guessed_ = false;        // the last snapshot's lag rests on the guess
+  bool minor_on_guess_ = false;     // the minor in progress was taken on it
+  bool lag_guess_refuted_ = false;  // Note [A guess before the first sync]
   double full_cost_ = 0, full_wall_ = 0;
-  double cycle_started_ = 0;
+  double cycle_started_ = 0, exposed_at_cycle_start_ = 0;
   // A cycle that found less than a quarter of the suspected garbage doubles
   // the suspicion the next one needs (the live set grew instead).
   double full_backoff_ = 1;
@@ -647,6 +697,8 @@ class pressure_policy final : public gc_policy {
   bool syncing_ = false;          // a sync came since the previous hint
   double refreshed_at_ = 0;
   double last_end_ = 0;
+  bool rate_started_ = false;  // Note [The allocation rate is per wall second]
+  bool floor_known_ = false;   // Note [A floor before the first whole-heap collection]
 };
 
 }  // namespace
