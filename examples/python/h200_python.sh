@@ -65,7 +65,7 @@ step() {  # name, command...: its stdout (JSON lines) and stderr under $OUT; TMO
   local rc=$?
   local verdict=ok; [ $rc = 77 ] && verdict=SKIPPED; [ $rc != 0 ] && [ $rc != 77 ] && { verdict=FAILED; fails=$((fails + 1)); }
   [ $rc = 124 ] && verdict="FAILED (timeout ${TMO:-${STEP_TIMEOUT:-45}} s)"
-  printf '%s: rc=%s %s %.1f s\n' "$name" "$rc" "$verdict" "$(echo "$(date +%s.%N) - $t0" | bc)" | tee -a "$OUT/summary.txt"
+  printf '%s: rc=%s %s %.1f s\n' "$name" "$rc" "$verdict" "$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { print a - b }')" | tee -a "$OUT/summary.txt"
   tail -c 1500 "$S/$name.jsonl"; [ $rc = 0 ] || tail -8 "$S/$name.stderr"
 }
 STEP_ENV=()

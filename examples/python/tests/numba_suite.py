@@ -42,9 +42,18 @@ def find_spec(name: str):
         return None
 
 
+def live_roots():
+    """The roots whose package is already imported. Probing the other one
+    imports the same files again under a second name: on the H200 (numba-cuda
+    wheel, numba.cuda redirected), find_spec("numba_cuda.numba.cuda.tests")
+    ran numba_cuda/numba/cuda/__init__.py a second time and numba raised
+    "key already in dictionary: <class '...CUDA'>" before any test ran."""
+    return tuple(r for r in ROOTS if r.rsplit(".", 1)[0] in sys.modules)
+
+
 def locate(mod: str):
     """The first root under which `mod` exists (its full name), or None."""
-    for root in ROOTS:
+    for root in live_roots():
         if find_spec(root) is not None and find_spec(f"{root}.{mod}") is not None:
             return f"{root}.{mod}"
     return None
@@ -65,10 +74,10 @@ def main() -> int:
         out["skipped"] = f"numba.cuda does not import: {e.__class__.__name__}: {e}"
         print(json.dumps(out), flush=True)
         return SKIP
-    out["roots"] = {r: find_spec(r) is not None for r in ROOTS}
+    out["roots"] = {r: find_spec(r) is not None for r in live_roots()}
     mods = [m for m in a.modules.split(",") if m]
     for grp in filter(None, a.all_of.split(",")):
-        for root in ROOTS:
+        for root in live_roots():
             spec = find_spec(f"{root}.{grp}")
             if spec is not None and spec.submodule_search_locations:
                 mods += [f"{grp}.{m.name}" for m in pkgutil.iter_modules(spec.submodule_search_locations)
