@@ -364,10 +364,11 @@ class pressure_policy final : public gc_policy {
       // evening). So a minor due at a sync runs whole, as soon as the host
       // gets there (the slack then hides what it can); whole-heap cycles
       // still run in slices (their mark is long and does slice).
-      const double pause = minor_cost_.known() ? minor_cost_.predict(static_cast<double>(young_all())) : 0;
-      if (opts_.verbose)
+      if (opts_.verbose) {  // the prediction is made here only for the line
+        const double pause = minor_cost_.known() ? minor_cost_.predict(static_cast<double>(young_all())) : 0;
         std::fprintf(stderr, "gcpressure[pressure]: at a sync: young %s, predicted minor %.3f ms, slack %.3f ms\n",
                      format_bytes(young_all()).c_str(), pause * 1e3, slack_estimate() * 1e3);
+      }
       if (!device_busy() && minor_cost_.known()) return;
       begin_minor();
       finish_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment), gc_reason::quiet_moment);
