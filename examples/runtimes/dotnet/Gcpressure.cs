@@ -78,6 +78,8 @@ internal static class Native {
   [DllImport(Lib)] internal static extern int gcpressure_drain(IntPtr a);
   [DllImport(Lib)] internal static extern int gcpressure_stats_json(IntPtr a, byte[] buf, UIntPtr cap, out UIntPtr need);
   [DllImport(Lib)] internal static extern int gcpressure_in_collection();
+  [DllImport(Lib)] internal static extern int gcpressure_set_limits(IntPtr a, UIntPtr soft, UIntPtr hard);
+  [DllImport(Lib)] internal static extern int gcpressure_parse_size(string text, UIntPtr device_total, out UIntPtr bytes);
 
   internal static string Str(IntPtr p) { return p == IntPtr.Zero ? "" : Marshal.PtrToStringAnsi(p); }
   // A NULL-terminated array of C strings (gcpressure_policy_names, gcpressure_option_names).
@@ -237,6 +239,54 @@ public sealed class Heap : IDisposable {
   public void Synchronize() { Errors.Check(Native.gcpressure_synchronize(a_, IntPtr.Zero), "synchronize"); }
   public void Collect(bool full) { Errors.Check(Native.gcpressure_collect(a_, full ? 1 : 0), "collect"); }
   public void Drain() { Errors.Check(Native.gcpressure_drain(a_), "drain"); }
+
+  // Note [Limits as text]
+  // SetLimits(soft, hard) takes each limit as the constructor takes it: bytes
+  // (an integer; 0 or null: unchanged) or a size string ("64 MB", "64MiB",
+  // "50%" of the device). A string is first given to gcpressure_options_set
+  // under the limit's own name, so a bad one gets the constructor's message
+  // (naming soft_limit or hard_limit: the bad-value table's text), then read
+  // into bytes by gcpressure_parse_size against the device's total, as the
+  // Lua and Guile bindings read theirs ("N%avail" follows the memory at run
+  // time, which a limit set now cannot: parse_size refuses it).
+  public void SetLimits(object soft = null, object hard = null) {
+    if (closed_) {  // the C API's tombstone answers, before a percentage needs the device
+      Errors.Check(Native.gcpressure_set_limits(a_, UIntPtr.Zero, UIntPtr.Zero), "SetLimits");
+      throw Errors.Make(4, "gcpressure: SetLimits: the heap was closed");
+    }
+    ulong s = LimitBytes("soft_limit", soft), h = LimitBytes("hard_limit", hard);
+    Errors.Check(Native.gcpressure_set_limits(a_, new UIntPtr(s), new UIntPtr(h)), "SetLimits");
+  }
+
+  ulong LimitBytes(string name, object v) {
+    if (v == null) return 0;
+    if (v is int || v is long || v is short || v is sbyte) {
+      long n = Convert.ToInt64(v);
+      if (n < 0) throw Errors.Make(1, "gcpressure: SetLimits: " + name + " must be a non-negative number of bytes, not " + n);
+      return (ulong)n;
+    }
+    if (v is uint || v is ulong || v is ushort || v is byte) return Convert.ToUInt64(v);
+    string text = v as string;
+    if (text == null)
+      throw Errors.Make(1, "gcpressure: SetLimits: " + name + " must be an integer or a string, not " + v.GetType().Name);
+    var scratch = new Native.Options();
+    Native.gcpressure_options_init(ref scratch);
+    Errors.Check(Native.gcpressure_options_set(ref scratch, name, text), "SetLimits");
+    UIntPtr bytes;
+    Errors.Check(Native.gcpressure_parse_size(text, new UIntPtr(DeviceTotal()), out bytes), "SetLimits");
+    return bytes.ToUInt64();
+  }
+
+  // The device's total memory from the stats (for a percentage).
+  ulong DeviceTotal() {
+    string js = StatsJson(), key = "\"device_total\":";
+    int at = js.IndexOf(key, StringComparison.Ordinal);
+    if (at < 0) return 0;
+    int end = at += key.Length;
+    while (end < js.Length && char.IsDigit(js[end])) ++end;
+    ulong total;
+    return ulong.TryParse(js.Substring(at, end - at), out total) ? total : 0;
+  }
 
   public string StatsJson() {
     var buf = new byte[1 << 14];

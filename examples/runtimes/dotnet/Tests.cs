@@ -142,6 +142,9 @@ public static class Tests {
     var held = new List<DeviceArray>();
     long[] sizes = {1, 3, 64, 1024, 65536, 262144, 0, -1, 1L << 40, long.MaxValue};
     int[] dims = {1, 2, 4, 8, 0, -3, 1 << 21};
+    // Limits as bytes or size strings, good and bad (Note [Limits as text]).
+    object[] limits = {null, 0, 4 << 20, 8L << 20, 32 << 20, "8 MB", "16MiB", "1%", "3%", "x", "80%avail", "64 MBx",
+                       "0", "150%", -1, 1.5, true};
     Func<DeviceArray> any = () => {
       int i = rnd.Next(held.Count + 2);
       return i < held.Count ? held[i] : i == held.Count ? foreign : null;
@@ -156,6 +159,7 @@ public static class Tests {
       () => held.Add(Ops.BiasRelu(h, any(), any(), dims[rnd.Next(dims.Length)], dims[rnd.Next(dims.Length)])),
       () => h.Iteration(), () => h.Synchronize(), () => h.Collect(rnd.Next(2) == 1), () => h.Drain(),
       () => GC.Collect(rnd.Next(2)),
+      () => h.SetLimits(limits[rnd.Next(limits.Length)], limits[rnd.Next(limits.Length)]),
       () => held.RemoveAll(a => rnd.Next(10) < 3),
       () => new Heap("host", new[] {"nope", "pressure"}[rnd.Next(2)], new[] {"1 potato", "-5", "1GiB"}[rnd.Next(3)]).Dispose(),
     };

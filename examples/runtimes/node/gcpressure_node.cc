@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 #include <string>
@@ -341,6 +342,57 @@ napi_value heap_collect_full(napi_env e, napi_callback_info i) { return heap_sim
 napi_value heap_collect_minor(napi_env e, napi_callback_info i) { return heap_simple<do_minor>(e, i, "collect"); }
 napi_value heap_drain(napi_env e, napi_callback_info i) { return heap_simple<gcpressure_drain>(e, i, "drain"); }
 
+// Note [Limits as text]
+// heap.setLimits(soft, hard) takes each limit as gp.open takes it: a number
+// of bytes (0, undefined or null: unchanged) or a size string ("64 MB",
+// "64MiB", "50%" of the device). A string is first given to
+// gcpressure_options_set under the limit's own name, so a bad one gets the
+// constructor's message (naming soft_limit or hard_limit: the bad-value
+// table's text), then read into bytes by gcpressure_parse_size against the
+// device's total, as the Lua and Guile bindings read theirs. "N%avail"
+// follows the memory at run time, which a limit set now cannot: parse_size
+// refuses it.
+bool limit_arg(napi_env env, heap* h, napi_value v, const char* name, size_t* out) {
+  napi_valuetype t = napi_undefined;
+  if (v) napi_typeof(env, v, &t);
+  *out = 0;
+  if (t == napi_undefined || t == napi_null) return true;
+  const std::string what = std::string("heap.setLimits: ") + name;
+  if (t == napi_number) return get_size(env, v, what.c_str(), out);
+  if (t != napi_string) return throw_type(env, ("gcpressure: " + what + " must be a number or a string").c_str()), false;
+  std::string text;
+  if (!option_text(env, name, v, t, &text)) return false;
+  gcpressure_options scratch;
+  gcpressure_options_init(&scratch);
+  if (gcpressure_options_set(&scratch, name, text.c_str()) != GCPRESSURE_OK)
+    return throw_range(env, gcpressure_last_error()), false;
+  std::string js(1 << 14, '\0');
+  size_t device_total = 0;
+  if (gcpressure_stats_json(h->a_, js.data(), js.size(), nullptr) == GCPRESSURE_OK)
+    if (const char* at = std::strstr(js.c_str(), "\"device_total\":")) device_total = std::strtoull(at + 15, nullptr, 10);
+  if (gcpressure_parse_size(text.c_str(), device_total, out) != GCPRESSURE_OK)
+    return throw_range(env, gcpressure_last_error()), false;
+  return true;
+}
+
+// heap.setLimits(soft, hard): Note [Limits as text]
+napi_value heap_set_limits(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2] = {nullptr, nullptr};
+  heap* h = this_heap(env, info, &argc, argv);
+  size_t soft = 0, hard = 0;
+  if (h && h->closed_) {  // the C API's tombstone answers, before a percentage needs the device
+    const gcpressure_status st = gcpressure_set_limits(h->a_, 0, 0);
+    return throw_status(env, "setLimits", st == GCPRESSURE_OK ? GCPRESSURE_ERR_SHUTDOWN : st);
+  }
+  if (!h || !limit_arg(env, h, argc > 0 ? argv[0] : nullptr, "soft_limit", &soft) ||
+      !limit_arg(env, h, argc > 1 ? argv[1] : nullptr, "hard_limit", &hard))
+    return nullptr;
+  const gcpressure_status st = gcpressure_set_limits(h->a_, soft, hard);
+  if (st != GCPRESSURE_OK) return throw_status(env, "setLimits", st);
+  return nullptr;
+}
+
 // heap.stats(): the library's stats as a JSON string
 napi_value heap_stats(napi_env env, napi_callback_info info) {
   size_t argc = 0;
@@ -528,6 +580,7 @@ NAPI_MODULE_INIT() {
       {"collectFull", nullptr, js_entry<heap_collect_full>, nullptr, nullptr, nullptr, napi_default_method, nullptr},
       {"collectMinor", nullptr, js_entry<heap_collect_minor>, nullptr, nullptr, nullptr, napi_default_method, nullptr},
       {"drain", nullptr, js_entry<heap_drain>, nullptr, nullptr, nullptr, napi_default_method, nullptr},
+      {"setLimits", nullptr, js_entry<heap_set_limits>, nullptr, nullptr, nullptr, napi_default_method, nullptr},
       {"stats", nullptr, js_entry<heap_stats>, nullptr, nullptr, nullptr, napi_default_method, nullptr},
       {"info", nullptr, js_entry<heap_info>, nullptr, nullptr, nullptr, napi_default_method, nullptr},
       {"close", nullptr, js_entry<heap_close>, nullptr, nullptr, nullptr, napi_default_method, nullptr},

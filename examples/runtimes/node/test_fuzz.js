@@ -51,6 +51,9 @@ const ops = [
   () => heap.iteration(),
   () => heap.synchronize(),
   () => heap.collectMinor(),
+  // Limits as bytes or size strings, good and bad (Note [Limits as text]).
+  () => heap.setLimits(pick([undefined, null, 0, 4 << 20, 8 << 20, '8 MB', '1%', 'x', '80%avail', -1, 1.5, {}]),
+                       pick([undefined, 0, 16 << 20, 32 << 20, '16MiB', '3%', '64 MBx', '0', '150%', true])),
   () => heap.drain(),
   () => (rand() < 0.5 ? gc({type: pick(['minor', 'major']), execution: 'sync'}) : gc()),
   () => { const s = JSON.parse(heap.stats()); assert.ok(s.requested.current >= heldBytes(), 'live < held'); },
