@@ -77,9 +77,10 @@ GCP_EXPORT int gcp_torch_init(const char* backend, const char* soft_limit, const
 
 // Options outside gcp_torch_init (before the first allocation, except "oom"):
 //   gil_wait       seconds a handed-off collection is waited for (default 1)
-//   minor_generation  "auto" (default: 0, and 1 every gen1_every-th), "0", "1", "2" (every minor
-//                  is a whole-heap gc.collect(): Note [A minor promotes the owner it runs beside]
-//                  in torch_python.cpp)
+//   minor_generation  "auto" (default: a whole-heap gc.collect() while it costs about what a young
+//                  one does, else 0, and 1 every gen1_every-th: Note [Choosing the minor's
+//                  generation] in torch_python.cpp), "0", "1", "2" (every minor is a whole-heap
+//                  gc.collect(): Note [A minor promotes the owner it runs beside])
 //   gen1_every     see above (default 4)
 //   handoff        "helper" (default) or "pending" (Py_AddPendingCall)
 //   oom            "throw" (default) or "null"  (Note [Out of memory])

@@ -161,6 +161,37 @@ thread_local entry_guard* t_guard = nullptr;  // this thread's innermost entry g
 std::uint64_t self_id() noexcept { return static_cast<std::uint64_t>(pthread_self()); }
 // --- the CPython side (GIL held) -------------------------------------------------
 
+// Note [Choosing the minor's generation]: what CPython's collections cost,
+// seconds, smoothed (0 until one was seen): gc.collect(0/1) and whole-heap
+// ones, ours and CPython's own alike; and when the last whole-heap one ended
+// (seconds on clock_type's epoch). Written by on_gc (GIL held), read by the
+// policy's thread (which may not hold it): relaxed atomics.
+std::atomic<double> g_cost_young{0}, g_cost_whole{0}, g_last_whole_at{0};
+
+double clock_seconds() noexcept {
+  return std::chrono::duration<double>(clock_type::now().time_since_epoch()).count();
+}
+
+// A sample over 8x the estimate counts as 8x unless the one before it was
+// over too: a thread descheduled mid-collection on a loaded machine (one
+// sample) must not flip the choice, a heap that grew (every sample) does.
+bool g_cost_over[2] = {false, false};  // (GIL)
+
+void learn_collection_cost(long gen, double seconds) noexcept {
+  const int k = gen >= 2 ? 1 : 0;
+  std::atomic<double>& c = k ? g_cost_whole : g_cost_young;
+  const double old = c.load(std::memory_order_relaxed);
+  double x = seconds;
+  if (old > 0 && seconds > 8 * old) {
+    if (!g_cost_over[k]) x = 8 * old;
+    g_cost_over[k] = true;
+  } else {
+    g_cost_over[k] = false;
+  }
+  c.store(old > 0 ? 0.75 * old + 0.25 * x : x, std::memory_order_relaxed);
+  if (k) g_last_whole_at.store(clock_seconds(), std::memory_order_relaxed);
+}
+
 PyObject* g_gc_collect = nullptr;  // gc.collect, a new reference kept forever (GIL to touch)
 PyObject* g_gc_callbacks = nullptr;  // gc.callbacks (the list), kept forever
 PyObject* g_hook_fn = nullptr;     // our entry in it
@@ -182,10 +213,14 @@ PyObject* on_gc(PyObject*, PyObject* args) {
     enter_collection();  // rule 5
   } else if (t_py_gc_depth > 0) {  // a stop without its start (entry added mid-collection) leaves nothing
     leave_collection();
-    if (--t_py_gc_depth == 0) add_ns(C().python_ns, seconds_since(t_py_gc_t0));
     long gen = 2;
     if (PyObject* g = PyDict_GetItemString(info, "generation")) gen = PyLong_AsLong(g);
     if (PyErr_Occurred()) PyErr_Clear();
+    if (--t_py_gc_depth == 0) {
+      const double dt = seconds_since(t_py_gc_t0);
+      add_ns(C().python_ns, dt);
+      if (gen >= 0 && gen < 3) learn_collection_cost(gen, dt);
+    }
     if (gen >= 0 && gen < 3) C().python_collections[static_cast<std::size_t>(gen)].fetch_add(1);
   }
   Py_RETURN_NONE;
@@ -290,7 +325,7 @@ class py_collector final : public collector {
 
   void collect_minor() override {
     C().requested_minor.fetch_add(1);
-    request(minor_generation());
+    request(mode_ < 0 && whole_next() ? 2 : minor_generation());  // Note [Choosing the minor's generation]
   }
   void start_full() override {}
   bool step_full(double) override {
@@ -304,7 +339,14 @@ class py_collector final : public collector {
   // Note [A minor promotes the owner it runs beside]: with minor_generation
   // 2 every minor examines the whole heap, so nothing it leaves is suspected
   // garbage (the policy's floor is what it leaves).
-  bool minor_is_whole_heap() const noexcept override { return mode_ == 2; }
+  // In auto mode a minor is whole-heap when the last one was and the next
+  // one will be (Note [Choosing the minor's generation]): the policy asks
+  // before a minor (a blocking full one then) and after it (its floor), and
+  // the answer must hold for both; at a change of mode it says no, and
+  // collect_minor() runs what whole_next() chose.
+  bool minor_is_whole_heap() const noexcept override {
+    return mode_ == 2 || (mode_ < 0 && last_whole_.load(std::memory_order_relaxed) && whole_next());
+  }
   // CPython runs __del__ and weakref callbacks inside the collection, and
   // PyTorch's deleter frees the block at once (gcp_torch_free).
   std::size_t run_finalizers() override { return 0; }
@@ -367,6 +409,42 @@ class py_collector final : public collector {
   // again: the periodic gc.collect(1) frees it once it is garbage, and only
   // what is alive at those collections reaches generation 2 (the whole-heap
   // collection's, ~80 ms in a process that imported torch).
+  // Note [Choosing the minor's generation]
+  // A minor exists to be cheaper than a whole-heap collection; where it is
+  // not, it is only worse: it promotes the owner it runs beside (the Note
+  // above) and leaves that owner's array to a whole-heap collection. So in
+  // auto mode a minor is a whole-heap gc.collect() while the whole heap
+  // costs at most k_whole_ratio times a young collection plus k_whole_slack
+  // (CPython's collections as on_gc timed them, ours and its own). That is
+  // the case over a heap frozen at install (gcpressure._plugin freezes it by
+  // default): the whole heap is then what the program made since, often a
+  // few thousand objects (on the host backend, fake CuPy: gc.collect(2)
+  // 1.9 us, a young one 1.2 us). Where the heap is large (a model built after
+  // install, numba-cuda's compiler state: 13-21 ms on the H200 against
+  // 10 us), the minors stay generational (0, and 1 every gen1_every-th), and
+  // one whole-heap minor re-measures it once 1/k_probe_share of the wall
+  // time since the last whole-heap collection pays for it (so probing costs
+  // at most ~1%). Until a whole-heap collection was seen (configure() times
+  // one right after freezing), the minors are generational.
+  // Both costs include freeing what the collection found, which grows with
+  // the garbage and not with the heap, and the young cost is only refreshed
+  // while young collections run: so once whole-heap, the minors stay so
+  // until the whole heap costs k_leave_ratio times a young collection plus
+  // k_leave_slack (hysteresis: with one threshold, c2_4 on the host
+  // alternated, 313 young minors among 553, each young one promoting an
+  // owner).
+  static constexpr double k_whole_ratio = 2.0, k_whole_slack = 20e-6;
+  static constexpr double k_leave_ratio = 4.0, k_leave_slack = 50e-6;
+  static constexpr double k_probe_share = 0.01;
+  bool whole_next() const noexcept {
+    const double w = g_cost_whole.load(std::memory_order_relaxed);
+    if (w <= 0) return false;
+    const double y = g_cost_young.load(std::memory_order_relaxed);
+    const bool stay = last_whole_.load(std::memory_order_relaxed);
+    if (w <= (stay ? k_leave_ratio * y + k_leave_slack : k_whole_ratio * y + k_whole_slack)) return true;
+    return clock_seconds() - g_last_whole_at.load(std::memory_order_relaxed) >= w / k_probe_share;
+  }
+
   int minor_generation() {
     if (mode_ >= 0) return mode_;
     return (++minors_ % static_cast<std::uint64_t>(every_)) == 0 ? 1 : 0;
@@ -390,6 +468,7 @@ class py_collector final : public collector {
     }
     g_requests.fetch_sub(1, std::memory_order_seq_cst);
     add_ns(C().requested_ns, seconds_since(t0));
+    last_whole_.store(gen == 2, std::memory_order_relaxed);
   }
 
   int mode_ = -1;
@@ -398,6 +477,7 @@ class py_collector final : public collector {
   double grace_ = 0.001;
   bool pending_ = false;
   std::atomic<std::uint64_t> minors_{0};
+  std::atomic<bool> last_whole_{false};  // the last collection asked for was whole-heap
 };
 
 // --- entry points' GIL discipline (rule 2) ------------------------------------------
@@ -451,5 +531,9 @@ py_collector& the_collector() {
 gcpressure::collector& python_collector() { return the_collector(); }
 
 void configure_python_collector(const settings& s) { the_collector().configure(s); }
+
+double collection_cost(bool whole) noexcept {
+  return (whole ? g_cost_whole : g_cost_young).load(std::memory_order_relaxed);
+}
 
 }  // namespace gcp_torch

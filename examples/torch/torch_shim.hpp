@@ -26,7 +26,7 @@ struct settings {
   gcpressure::config cfg;     // backend, limits, policy, budget, host capacity (GCPRESSURE_* first)
   double gil_wait = 1.0;      // longest wait for a handed-off collection (seconds)
   double holder_grace = 0.001;  // rule 1(a): how long a GIL holder may wait for M before requests give up
-  int minor_generation = -1;  // -1: auto (0, and 1 every gen1_every-th minor); 0, 1 or 2: always
+  int minor_generation = -1;  // -1: auto (Note [Choosing the minor's generation]); 0, 1 or 2: always
   int gen1_every = 4;
   bool pending_handoff = false;  // Py_AddPendingCall instead of the helper thread
   bool oom_null = false;         // Note [Out of memory]
@@ -104,6 +104,9 @@ void wake_handoff_waiters() noexcept;
 // settings (gil_wait, handoff, minor generation).
 gcpressure::collector& python_collector();
 void configure_python_collector(const settings& s);
+// Note [Choosing the minor's generation]: CPython's collections' smoothed
+// cost in seconds (0: none seen yet), young (gen 0/1) and whole-heap.
+double collection_cost(bool whole) noexcept;
 
 // Rule 2 of Note [GIL and the collection lock]: an entry point's GIL
 // bookkeeping for the duration of the call (a stack object).

@@ -70,6 +70,7 @@ std::string stats_json() {
      << "],\"python_gc_seconds\":" << static_cast<double>(u(c.python_ns)) * 1e-9
      << ",\"requested_seconds\":" << static_cast<double>(u(c.requested_ns)) * 1e-9
      << ",\"unreachable\":" << u(c.unreachable) << ",\"callback_errors\":" << u(c.callback_errors)
+     << ",\"cost_young_us\":" << collection_cost(false) * 1e6 << ",\"cost_whole_us\":" << collection_cost(true) * 1e6
      << ",\"hook_installed\":" << (gc_hook_installed() ? "true" : "false") << "},";
   os << "\"profile\":" << gcp_torch::P().json() << ",\"graphs\":[";
   for (int d = 0, n = 0; d < k_max_devices; ++d) {

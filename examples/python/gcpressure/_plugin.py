@@ -178,6 +178,37 @@ def _shutdown(lib: Library) -> None:
     lib.py.gcp_torch_python_shutdown()
 
 
+# Note [Freezing the heap at install]
+# configure() runs gc.collect() and gc.freeze() by default, so that a
+# whole-heap collection costs what the program allocates after install, not
+# its imports (with torch imported ~80 ms; frozen, a few microseconds), and
+# the policy's minors can be whole-heap ones (Note [Choosing the minor's
+# generation]). Why that is safe:
+# - gc.freeze() only moves the objects CPython's collector tracks now to its
+#   permanent generation, which collections do not examine. Reference
+#   counting still frees them, and objects made later that they refer to
+#   are still found reachable (a reference from an unexamined object counts
+#   as external). What is lost is the cyclic garbage among them that appears
+#   later: never more than the heap that existed at configure(), a bound
+#   that does not grow, and in practice modules, classes and functions that
+#   live until exit.
+# - configure() runs before the first allocation of this package, so no
+#   frozen object owns a block of ours: the freeze can leak no gcpressure
+#   device memory. (An array of a framework's own pool made before install,
+#   in a cycle that dies later, would stay: install first, as the adaptors'
+#   docs say.)
+# - At exit it is undone (atexit: gc.unfreeze()). Finalization collects
+#   once before it clears the modules' dicts; with those dicts frozen, the
+#   objects they hold were still reachable then, and cycles among them were
+#   never finalized: a self-referencing object with __del__ kept in a
+#   module global lost its __del__ at exit (ctest torch_cpu_api
+#   exit_with_live_cycles: 10 blocks left live; python3 -c with gc.freeze()
+#   alone shows the same).
+# - The collection it runs first is the one CPython's next whole-heap
+#   collection would have run anyway, once; gc.unfreeze() undoes the
+#   freeze at any time, and freeze=False skips it. Calls of gc.freeze() by
+#   the program itself (the pre-fork pattern CPython's docs give) are
+#   unaffected: freezing again only adds.
 def configure(soft_limit=None, hard_limit=None, policy: str | None = "pressure", budget: float | None = None, *,
               backend: str = "cuda_async", lib: str | None = None, options_by: str | None = None,
               **options) -> Library:
@@ -189,37 +220,46 @@ def configure(soft_limit=None, hard_limit=None, policy: str | None = "pressure",
     fraction of wall time collections may take (default 0.05). backend:
     cuda_async (PyTorch), host (a simulated device in host memory, for tests
     without a GPU), cuda, auto. options: host_capacity, gil_wait,
-    minor_generation ("auto", 0, 1), gen1_every, handoff ("helper",
-    "pending"), oom ("throw", "null"), every_n, verbose. Once per process,
-    before the first allocation.
-    minor_generation=2 makes every minor a whole-heap gc.collect(): a gen-0
-    minor at an allocation promotes the object about to own the new block,
-    so a loop that drops one such owner in a cycle per iteration is found
-    only by older generations' collections (Note [A minor promotes the owner
-    it runs beside] in examples/torch/torch_python.cpp). freeze=True: first
+    minor_generation ("auto", 0, 1, 2), gen1_every, handoff ("helper",
+    "pending"), oom ("throw", "null"), every_n, verbose, freeze. Once per
+    process, before the first allocation.
+    minor_generation: "auto" (the default) makes a minor a whole-heap
+    gc.collect() while that costs about what a young one does, and gen 0
+    (gen 1 every gen1_every-th) otherwise (Note [Choosing the minor's
+    generation] in examples/torch/torch_python.cpp); 2 makes every minor
+    whole-heap: a gen-0 minor at an allocation promotes the object about to
+    own the new block, so a loop that drops one such owner in a cycle per
+    iteration is found only by older generations' collections (Note [A minor
+    promotes the owner it runs beside]).
+    freeze (default True; Note [Freezing the heap at install]): first
     gc.collect(), then gc.freeze(): the heap that exists now (the imported
     modules) moves to CPython's permanent generation, which no collection
     examines again, so whole-heap collections cost what the program made
     since. Cyclic garbage among those frozen objects is never freed (it was
-    alive at install time); gc.unfreeze() undoes it."""
+    alive at install time); gc.unfreeze() undoes it; freeze=False keeps the
+    heap as it is."""
     global _lib
     with _lock:
         if _lib is not None:
             raise GcpressureTorchError(f"gcpressure is already configured in this process (by {_config.get('by')})")
         L = Library(lib)
-        freeze = bool(options.pop("freeze", False))
+        freeze = options.pop("freeze", None)
+        freeze = True if freeze is None else bool(freeze)
         # budget is the table's gc_budget: its parser, its range (0 is an error, not "unset").
         for k, v in dict(options, **({} if budget is None else {"gc_budget": budget})).items():
             if v is not None:
                 L.check(L.py.gcp_torch_set_option(k.encode(), _size(v)), f"option {k}={v!r}")
         L.check(L.py.gcp_torch_init(_size(backend or None), _size(soft_limit), _size(hard_limit),
                                     _size(policy or None), 0.0), "gcp_torch_init")
+        if freeze:  # Note [Freezing the heap at install]; before the gc hook, which would time it
+            gc.collect()
+            gc.freeze()
+            atexit.register(gc.unfreeze)  # the exit's collections see the whole heap again (the Note)
         main = 1 if threading.current_thread() is threading.main_thread() else 0
         L.check(L.py.gcp_torch_attach_python(main), "gcp_torch_attach_python")
         atexit.register(_shutdown, L)
         if freeze:
-            gc.collect()
-            gc.freeze()
+            gc.collect()  # timed by the hook: what a whole-heap minor costs now (Note [Choosing the minor's generation])
         _lib = L
         _config.update(dict(soft_limit=soft_limit, hard_limit=hard_limit, policy=policy, budget=budget,
                             backend=backend or json.loads(L.stats_json())["settings"]["backend"],
