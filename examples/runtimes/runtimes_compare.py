@@ -20,7 +20,8 @@ The sizes are those of each runtime's ctest oracle_* tests (nothing here is
 tuned to a policy). It prints one table: the oracle's median peak reserved,
 each policy's median peak and time per iteration as ratios to the oracle's,
 and the OOMs of all runs (total over the reps, and the earliest iteration
-of a first OOM). The last line is the summary as JSON; --json-out writes
+of a first OOM), after the range of the 1-minute load average over the
+runs (each run's JSON keeps its own, before and after). The last line is the summary as JSON; --json-out writes
 every run's own JSON too. Exit 0 unless a loop failed to run (2).
 """
 from __future__ import annotations
@@ -71,7 +72,17 @@ def loops(build: str) -> dict:
     }
 
 
+def loadavg() -> float:
+    """The 1-minute load average (this machine's cores are shared: times depend on it)."""
+    try:
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
 def run_one(cmd: list, env: dict) -> dict:
+    load0 = loadavg()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        env=dict(os.environ, **env))
     lines = [ln for ln in p.stdout.strip().splitlines() if ln.startswith("{") or ln.startswith("[")]
@@ -81,6 +92,7 @@ def run_one(cmd: list, env: dict) -> dict:
     if isinstance(r, list):  # the C++ loop prints a list of runs
         r = r[0]
     r["_rc"] = p.returncode
+    r["_loadavg"] = [load0, loadavg()]  # 1-minute load average before and after the run
     return r
 
 
@@ -94,7 +106,8 @@ def cell(runs: list, oracle: dict) -> dict:
             "ooms": sum(r["ooms"] for r in runs), "runs_with_ooms": sum(1 for r in runs if r["ooms"]),
             "first_oom_iteration": min(firsts) if firsts else None,
             "peak_spread": [min(r["peak_reserved_bytes"] for r in runs), max(r["peak_reserved_bytes"] for r in runs)],
-            "time_spread": [min(r["time_per_iter"] for r in runs), max(r["time_per_iter"] for r in runs)]}
+            "time_spread": [min(r["time_per_iter"] for r in runs), max(r["time_per_iter"] for r in runs)],
+            "loadavg": [min(r["_loadavg"][0] for r in runs), max(r["_loadavg"][1] for r in runs)]}
 
 
 def ooms_text(c: dict) -> str:
@@ -135,6 +148,8 @@ def main() -> int:
             print(f"[{time.time() - t0:6.0f} s] {rt}/{w} done", file=sys.stderr, flush=True)
     hdr = ("| runtime | workload | limit MiB | oracle peak MiB | pressure peak ÷ oracle | native peak ÷ oracle "
            "| pressure time ÷ oracle | native time ÷ oracle | oracle ms/iter | OOMs pressure | OOMs native |")
+    loads = [x for row in summary for k in ("oracle", "pressure", "runtime_native") for x in row[k]["loadavg"]]
+    print(f"1-minute load average over the runs: {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} CPUs\n")
     print(hdr)
     print("|" + "|".join(["---"] * (hdr.count("|") - 1)) + "|")
     for row in summary:
