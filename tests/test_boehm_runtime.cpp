@@ -25,6 +25,66 @@ TEST(BoehmSync, SynchronizeAndWillBlockReachThePolicy) {
   EXPECT_EQ(h.stats().gc.syncs, 2u) << "quiet_moment(will_block) is a hint, not a sync";
 }
 
+// --- stale stack words (Note [Stale stack words], device_heap.cpp) ------------
+
+namespace {
+
+constexpr std::size_t k_stale_words = 1024;  // 8 KiB of frame
+
+// Allocates a buffer and leaves k_stale_words copies of its address in this
+// frame, which dies on return: the buffer is garbage, named only by dead
+// stack words (as the iteration's arrays are after a forward pass returns).
+[[gnu::noinline, gnu::no_sanitize_address]] void alloc_and_leave_stale_words(gb::device_heap& h) {
+  volatile std::uintptr_t words[k_stale_words];
+  const auto w = reinterpret_cast<std::uintptr_t>(h.alloc(64 * KiB));
+  for (auto& x : words) x = w;
+}
+
+// A frame over the dead one that writes none of its words, as the frames of
+// a hint's collection do, and a whole-heap collection from inside it.
+// Returns the live bytes after it (finalizers run, queue drained).
+[[gnu::noinline, gnu::no_sanitize_address]] std::size_t collect_under_unwritten_frame(gb::device_heap& h) {
+  volatile std::uintptr_t unwritten[k_stale_words];
+  asm volatile("" : : "r"(unwritten) : "memory");  // the frame is there, unwritten
+  GC_gcollect();
+  h.gc().run_finalizers();
+  h.allocator().drain();
+  return h.allocator().live_bytes();
+}
+
+}  // namespace
+
+// The mechanism: dead words under a frame that does not write them are
+// roots; clear_stale_stack() from the frame the collection is called from
+// removes them. Without the clear the buffer stays (the control: if it did
+// not, the test could not tell).
+TEST(BoehmStaleStack, ClearingBelowTheCallerFreesWhatDeadFramesNamed) {
+  gb::init();
+  gb::device_heap h(host_opts(64 * MiB), "at_limit");
+  alloc_and_leave_stale_words(h);
+  EXPECT_EQ(collect_under_unwritten_frame(h), 64 * KiB) << "control: the dead words kept the buffer";
+  gcp_test::clear_stack();
+  EXPECT_EQ(collect_under_unwritten_frame(h), 0u);
+  alloc_and_leave_stale_words(h);
+  gb::clear_stale_stack();
+  EXPECT_EQ(collect_under_unwritten_frame(h), 0u) << "the 8 KiB below the caller were cleared";
+}
+
+// The hints: a collection an iteration hint runs does not find the arrays
+// the code before it dropped (every_iteration: a whole-heap collection at
+// each hint).
+TEST(BoehmStaleStack, AHintsCollectionDoesNotFindWhatDeadFramesNamed) {
+  gb::init();
+  gb::device_heap h(host_opts(64 * MiB), "every_iteration");
+  for (int i = 0; i < 8; ++i) {
+    alloc_and_leave_stale_words(h);
+    h.iteration();
+    h.gc().run_finalizers();
+    h.allocator().drain();
+    EXPECT_EQ(h.allocator().live_bytes(), 0u) << "iteration " << i;
+  }
+}
+
 // --- every collection counted ---------------------------------------------------
 
 namespace {

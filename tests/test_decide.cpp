@@ -299,15 +299,16 @@ TEST(DeviceLag, PendingIterationsTimesTheDevicesTimePerIteration) {
   gcp_test::fake_clock clock;
   gcp_test::fake_device dev(clock, 64 * MiB);
   d::device_lag lag;
-  // One iteration queued: no lag counted (it may be nearly done).
+  // One iteration queued, the time per iteration unknown: no lag counted
+  // (it may be nearly done).
   dev.launch(5 * ms);
   lag.hint(dev, nullptr, clock.now());
   EXPECT_EQ(lag.lag(clock.now()), 0.0);
-  EXPECT_FALSE(lag.possible());
+  EXPECT_TRUE(lag.possible());
   auto ev = dev.record(nullptr);
   dev.synchronize(ev);
   dev.release(ev);
-  lag.synced(clock.now(), true);  // the first: from the first hint
+  lag.synced(clock.now(), true, clock.now());  // the first: from the first hint
   EXPECT_NEAR(lag.per_hint(), 5 * ms, 1e-9);
   // Eight iterations of 5 ms queued in 0.8 ms of host time, then a sync.
   for (int i = 0; i < 8; ++i) {
@@ -318,7 +319,7 @@ TEST(DeviceLag, PendingIterationsTimesTheDevicesTimePerIteration) {
   ev = dev.record(nullptr);
   dev.synchronize(ev);
   dev.release(ev);
-  lag.synced(clock.now(), true);
+  lag.synced(clock.now(), true, clock.now());
   EXPECT_NEAR(lag.per_hint(), 5 * ms, 1e-9);
   for (int i = 0; i < 8; ++i) {
     dev.launch(5 * ms);
@@ -326,14 +327,29 @@ TEST(DeviceLag, PendingIterationsTimesTheDevicesTimePerIteration) {
     lag.hint(dev, nullptr, clock.now());
   }
   EXPECT_TRUE(lag.possible());
-  EXPECT_NEAR(lag.lag(clock.now()), 7 * 5 * ms, 1e-9);
+  // Note [The oldest iteration's rest]: seven whole iterations, and of the
+  // first (queued from the sync's end, 0.8 ms ago) at least 4.2 ms: exactly
+  // the device's 40 ms of work less the 0.8 ms done.
+  EXPECT_NEAR(lag.lag(clock.now()), 7 * 5 * ms + 4.2 * ms, 1e-9);
   clock.advance(12 * ms);  // the device finished two iterations meanwhile
   EXPECT_EQ(lag.pending(), 8u);
+  // The third started after the last poll (12 ms ago): nothing of it counted.
   EXPECT_NEAR(lag.lag(clock.now()), 5 * 5 * ms, 1e-9);
   EXPECT_EQ(lag.pending(), 6u);
+  // After a sync, the first hint: one iteration queued, nearly all of it left.
+  ev = dev.record(nullptr);
+  dev.synchronize(ev);
+  dev.release(ev);
+  lag.synced(clock.now(), true, clock.now());
+  dev.launch(5 * ms);
+  clock.advance(0.3 * ms);
+  lag.hint(dev, nullptr, clock.now());
+  EXPECT_NEAR(lag.lag(clock.now()), lag.per_hint() - 0.3 * ms, 1e-9);
+  clock.advance(lag.per_hint());  // past its whole time: none left counted
+  EXPECT_EQ(lag.lag(clock.now()), 0.0);
   // A sync that did not wait (the host was the bottleneck) teaches nothing.
   clock.advance(100 * ms);
-  lag.synced(clock.now(), false);
+  lag.synced(clock.now(), false, clock.now());
   EXPECT_NEAR(lag.per_hint(), 5 * ms, 1e-9);
   EXPECT_EQ(lag.lag(clock.now()), 0.0);
 }
@@ -383,14 +399,16 @@ TEST(DeviceLag, AGuessStandsInForTheTimePerIterationUntilASyncMeasuresIt) {
   auto ev = dev.record(nullptr);
   dev.synchronize(ev);
   dev.release(ev);
-  lag.synced(clock.now(), true);
+  lag.synced(clock.now(), true, clock.now());
   EXPECT_TRUE(lag.measured());
   for (int i = 0; i < 3; ++i) {
     dev.launch(5 * ms);
     clock.advance(0.1 * ms);
     lag.hint(dev, nullptr, clock.now());
   }
-  EXPECT_NEAR(lag.lag(clock.now(), 50 * ms), 2 * lag.per_hint(), 1e-9);
+  // Two whole iterations and the rest of the first (queued from the sync's
+  // end, 0.3 ms ago); the guess is ignored.
+  EXPECT_NEAR(lag.lag(clock.now(), 50 * ms), 3 * lag.per_hint() - 0.3 * ms, 1e-9);
 }
 
 // Note [The device's time is the fastest window's]: a window the host
@@ -411,7 +429,7 @@ TEST(DeviceLag, AWindowTheHostStretchedDoesNotRaiseTheDevicesTime) {
     auto ev = dev.record(nullptr);
     dev.synchronize(ev);
     dev.release(ev);
-    lag.synced(clock.now(), true);
+    lag.synced(clock.now(), true, clock.now());
   };
   window(0);
   EXPECT_NEAR(lag.per_hint(), 5 * ms, 0.1 * ms);
@@ -419,4 +437,31 @@ TEST(DeviceLag, AWindowTheHostStretchedDoesNotRaiseTheDevicesTime) {
   EXPECT_NEAR(lag.per_hint(), 5 * ms, 0.1 * ms);
   for (int k = 0; k < 8; ++k) window(80 * ms);  // the fast window has aged out
   EXPECT_GT(lag.per_hint(), 9 * ms);
+}
+
+// A window ends when the device was done, not when a sync that collected
+// past the device's end returned: collections at every sync do not make the
+// device look slower (they did: 12 ms minors at each sync of a 4.8 ms
+// iteration read as a 12.4 ms device, and the next hint's lag hid them).
+TEST(DeviceLag, AWindowEndsWhenTheDeviceWasDoneNotWhenTheSyncReturned) {
+  gcp_test::fake_clock clock;
+  gcp_test::fake_device dev(clock, 64 * MiB);
+  d::device_lag lag;
+  for (int k = 0; k < 10; ++k) {
+    dev.launch(4.8 * ms);
+    clock.advance(0.4 * ms);
+    lag.hint(dev, nullptr, clock.now());
+    auto ev = dev.record(nullptr);
+    dev.synchronize(ev);  // the device is done here...
+    dev.release(ev);
+    const double done = clock.now();
+    clock.advance(7.6 * ms);  // ...and a minor at the sync runs on to 12 ms
+    lag.synced(clock.now(), true, done);
+  }
+  EXPECT_NEAR(lag.per_hint(), 4.8 * ms, 0.41 * ms);
+  // The next hint: the rest of one iteration, not of a 12 ms one.
+  dev.launch(4.8 * ms);
+  clock.advance(0.4 * ms);
+  lag.hint(dev, nullptr, clock.now());
+  EXPECT_LT(lag.lag(clock.now()), 4.8 * ms);
 }

@@ -414,7 +414,10 @@ void gc_policy::synchronize(stream_ref stream, device_allocator* on) {
     slack_ = stats_.syncs == 1 ? sample : 0.75 * slack_ + 0.25 * sample;
     stats_.slack_seconds = slack_;
   }
-  after_sync(dev, waited);
+  // When the device was done (clock time): the window of Note [The
+  // device's time is the fastest window's] ends there, not when the sync
+  // returned after collections that outlasted the device.
+  after_sync(dev, waited, t0 + sample);
 }
 
 double gc_policy::device_wait_seconds() const noexcept {

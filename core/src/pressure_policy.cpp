@@ -239,11 +239,11 @@ class pressure_policy final : public gc_policy {
     publish_fast_path();
   }
 
-  void after_sync(device_allocator& on, bool waited) override {
+  void after_sync(device_allocator& on, bool waited, double device_done_at) override {
     const std::size_t i = device_index(on);
     std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
     if (i == device_count() || !lk.owns_lock()) return;
-    dev_[i].lag.synced(now(), waited);
+    dev_[i].lag.synced(now(), waited, device_done_at);
     publish_fast_path();
   }
 
@@ -313,16 +313,28 @@ class pressure_policy final : public gc_policy {
 
   // An iteration hint or a quiet moment that will not block.
   void hint_work() {
-    // Note [Quiet moments defer to syncs]: a loop that also synchronizes at
-    // its hints gets its exposed collections there, where the device hides
-    // them; only hidden ones run at the hint.
+    // Note [Quiet moments defer to syncs]: a loop that synchronizes gets its
+    // exposed collections at its syncs, where the device hides part of
+    // them; only hidden ones run at hints. A loop syncs if a sync came
+    // within the last 64 hints (a device_lag's window), not only since the
+    // last hint: with a sync every 8 iterations and 25 ms minors (the H200,
+    // a 1 GiB host heap) the seven hints between two syncs took minors the
+    // lag could not hide, 12 of 45 exposed, 15% of wall.
     const std::uint64_t syncs = sync_count();
-    syncing_ = syncs != syncs_at_quiet_;
+    hints_since_sync_ = syncs != syncs_at_quiet_ ? 0 : hints_since_sync_ + 1;
+    syncing_ = syncs > 0 && hints_since_sync_ <= 64;
     syncs_at_quiet_ = syncs;
+
     bool minor = false, step = false, on_guess = false;
     for (std::size_t i = 0; i < device_count(); ++i) {
       learn_stretch(i);
-      const detail::pressure_decision dec = detail::decide(snapshot(i, pressure_event::hint, 0), tuning_);
+      const detail::pressure_snapshot snap = snapshot(i, pressure_event::hint, 0);
+      const detail::pressure_decision dec = detail::decide(snap, tuning_);
+      if (opts_.verbose && dec.action == pressure_action::minor)
+        std::fprintf(stderr,
+                     "gcpressure[pressure]: at a hint: young %s, threshold %s, predicted minor %.3f ms, lag %.3f ms%s\n",
+                     format_bytes(snap.dev.young).c_str(), format_bytes(dec.threshold).c_str(), snap.pause * 1e3,
+                     snap.lag * 1e3, dec.hidden ? ", hidden" : snap.syncing ? "" : ", no sync lately");
       on_guess = on_guess || (dec.action == pressure_action::minor && dec.hidden && lag_guessed_);
       minor = minor || dec.action == pressure_action::minor;
       step = step || dec.action == pressure_action::step_cycle;
@@ -595,14 +607,24 @@ class pressure_policy final : public gc_policy {
   void finish_minor(const outcome& o, gc_reason reason) {
     learn_minor(o);
     // Note [A floor before the first whole-heap collection]: until one
-    // measures it, the floor is what the first minor at a hint or sync left
-    // (only what outlives iterations is alive there); with 0 instead, the
-    // model's weights promoted by the first minors read as 560 MiB of
-    // suspected garbage and started a whole-heap cycle in the first
-    // iterations (170 ms, exposed, on the H200 at a 256 MiB host heap).
-    if (!floor_known_ && reason == gc_reason::quiet_moment) {
-      floor_known_ = true;
-      for (std::size_t i = 0; i < o.devices.size(); ++i) dev_[i].floor = std::max(dev_[i].floor, o.devices[i].live_after);
+    // measures it, the floor is what the minors left until the loop began:
+    // the first minor at a hint or sync (only what outlives iterations is
+    // alive there), or the first that found garbage (half its young bytes
+    // gone). Before, minors find the program's set-up, which is live. With
+    // 0 instead, the model's weights promoted by the first minors read as
+    // 560 MiB of suspected garbage and started a whole-heap cycle in the
+    // first iterations (170 ms, exposed, on the H200 at a 256 MiB host
+    // heap); with only the minor at a hint setting it, the minors while the
+    // model was built (each finding 0 B) started the same cycle before the
+    // first hint (run 1 of 2026-12-03: 190 ms, finished back to back).
+    if (!floor_known_) {
+      bool loop = reason == gc_reason::quiet_moment;
+      for (std::size_t i = 0; i < o.devices.size(); ++i) {
+        const device_outcome& od = o.devices[i];
+        dev_[i].floor = std::max(dev_[i].floor, od.live_after);
+        loop = loop || (od.young_before >= opts_.min_young_bytes && od.reclaimed * 2 >= od.young_before);
+      }
+      floor_known_ = loop;
     }
     for (std::size_t i = 0; i < device_count(); ++i) dev_[i].young_at_quiet = 0;
     maybe_start_full(reason);
@@ -695,7 +717,8 @@ class pressure_policy final : public gc_policy {
   int headroom_collections_ = 0;  // Note [No collection storms]
   std::atomic<double> fast_refreshed_{0};
   std::uint64_t syncs_at_quiet_ = 0;
-  bool syncing_ = false;          // a sync came since the previous hint
+  bool syncing_ = false;          // a sync came within the last 64 hints
+  std::uint64_t hints_since_sync_ = 0;
   double refreshed_at_ = 0;
   double last_end_ = 0;
   bool rate_started_ = false;  // Note [The allocation rate is per wall second]

@@ -211,6 +211,7 @@ template <class F>
 gcpressure_status policy_hint(gcpressure_allocator* a, const char* what, F&& f) {
   GCP_CHECK(a);
   GCP_NOT_IN_COLLECTION(what);
+  boehm::clear_stale_stack();  // Note [Stale stack words]
   return guarded([&] {
     if (gc_policy* p = a->p()) f(*p);
     return GCPRESSURE_OK;
@@ -398,6 +399,7 @@ gcpressure_status gcpressure_quiet_moment_ex(gcpressure_allocator* a, int will_b
 gcpressure_status gcpressure_synchronize(gcpressure_allocator* a, void* stream) {
   GCP_CHECK(a);
   GCP_NOT_IN_COLLECTION("gcpressure_synchronize");
+  boehm::clear_stale_stack();  // Note [Stale stack words]
   return guarded([&] {
     if (auto* p = a->p()) {
       p->synchronize(stream, &a->a());
@@ -419,6 +421,7 @@ gcpressure_status gcpressure_iteration(gcpressure_allocator* a) {
 gcpressure_status gcpressure_collect(gcpressure_allocator* a, int full) {
   GCP_CHECK(a);
   GCP_NOT_IN_COLLECTION("gcpressure_collect");
+  boehm::clear_stale_stack();  // Note [Stale stack words]
   return guarded([&] {
     auto* p = a->p();
     if (!p) return fail(GCPRESSURE_ERR_INVALID, "gcpressure_collect: no collector registered");

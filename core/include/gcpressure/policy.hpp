@@ -230,7 +230,9 @@ class gc_policy : public allocation_hook {
   // Called by synchronize() after the wait (without the collection lock):
   // the device `on` is done with everything queued before the call;
   // `waited`: it was still busy when the host called. Default: nothing.
-  virtual void after_sync(device_allocator& on, bool waited) { (void)on, (void)waited; }
+  virtual void after_sync(device_allocator& on, bool waited, double device_done_at) {
+    (void)on, (void)waited, (void)device_done_at;
+  }
   // add_device() added device `i`; called with the collection lock held,
   // before the device's allocations reach the policy.
   virtual void device_added(std::size_t i) { (void)i; }

@@ -112,6 +112,12 @@ class boehm_collector final : public collector {
   static std::uint64_t policy_collections() noexcept;
 };
 
+// Note [Stale stack words] (device_heap.cpp): zeroes the stack below the
+// caller's frame, where the frames of the code it called before ran, so that
+// the collections it is about to ask for do not find array pointers those
+// dead frames left. Thread-safe, finalizer-safe; about 1 us.
+void clear_stale_stack() noexcept;
+
 // The handle a runtime's array object points to. Opaque; a GC object.
 struct buffer;
 
@@ -186,16 +192,30 @@ class device_heap {
   // quiet_moment: few temporaries are alive. will_block: the host is about
   // to wait for the device (for runtimes that cannot route their syncs
   // through synchronize()).
-  void quiet_moment(bool will_block = false) { policy().quiet_moment(will_block); }
-  void iteration() { policy().iteration(); }
+  // Each hint first clears the stack below the caller's frame (Note [Stale
+  // stack words], device_heap.cpp).
+  void quiet_moment(bool will_block = false) {
+    clear_stale_stack();
+    policy().quiet_moment(will_block);
+  }
+  void iteration() {
+    clear_stale_stack();
+    policy().iteration();
+  }
   // The host is about to wait for the work queued on `stream`: due
   // collection work runs while that work still runs, then this blocks until
   // it has completed (gc_policy::synchronize). Use it instead of the
   // runtime's own stream sync. Thread-safe; not from a finalizer.
   void synchronize(stream_ref stream = nullptr) { synchronize(stream, 0); }
   // The same for a stream of device `device`.
-  void synchronize(stream_ref stream, std::size_t device) { policy().synchronize(stream, &allocator(device)); }
-  void collect(gc_kind k) { policy().collect(k); }
+  void synchronize(stream_ref stream, std::size_t device) {
+    clear_stale_stack();
+    policy().synchronize(stream, &allocator(device));
+  }
+  void collect(gc_kind k) {
+    clear_stale_stack();
+    policy().collect(k);
+  }
 
   // Device `device`'s allocator and statistics (its gc section: the shared
   // policy's collections, that device's reclaimed bytes). logic_error after
