@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """bench_cycles.py end to end against the CuPy stand-in (fakes/) on the host
 backend, as h200_python.sh runs it on the GPU: each variant once at a tenth
-of its iterations, with the default minors and with whole-heap minors over a
-frozen heap. Fails if a run exits non-zero, a variant is missing from the
+of its iterations, with the defaults and with freeze=False (generational
+minors), and probe_gc_cost.py once. Fails if a run exits non-zero, a variant is missing from the
 summary, a run ran out of memory, or a figure the GPU run reports is absent.
 No figure is checked against a target here (the host backend's loop has no
 device time; the figures belong to the H200)."""
@@ -24,7 +24,9 @@ a = ap.parse_args()
 env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(HERE, "fakes"), os.path.dirname(HERE)]),
            GCPRESSURE_TORCH_LIB=a.lib)
 bad = []
-for name, extra in (("default", {}), ("wholeheap", {"minor_generation": "2", "freeze": True})):
+# The defaults (Note [Choosing the minor's generation]) and the control h200_python.sh runs beside
+# them: freeze=False, whose auto minors are generational (the package's defaults before 22bb5a5).
+for name, extra in (("default", {}), ("young", {"freeze": False})):
     cmd = [sys.executable, os.path.join(HERE, "bench_cycles.py"), "--framework", "cupy", "--mode", "gcpressure",
            "--reps", "1", "--scale", "0.1", "--variants", VARIANTS, "--options", json.dumps({**HOST, **extra})]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
@@ -43,5 +45,14 @@ for name, extra in (("default", {}), ("wholeheap", {"minor_generation": "2", "fr
         bad.append(f"{name}: a run lacks peak_over_live or its collections")
     print(name, {v: round(summary[v].get("peak_over_live_median", 0), 1) for v in VARIANTS.split(",")
                  if v in summary and "peak_over_live_median" in summary[v]}, flush=True)
+# probe_gc_cost.py, as h200_python.sh runs it: one JSON line with every figure RESULTS.md's bounds use.
+p = subprocess.run([sys.executable, os.path.join(HERE, "probe_gc_cost.py"), "--framework", "cupy", "--options",
+                    json.dumps(HOST)], env=env, capture_output=True, text=True, timeout=120)
+probe = next((json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")), None)
+keys = ("collect_us", "collect_unfrozen_us", "free_per_iter_us", "policy_every_allocation", "heap")
+if p.returncode != 0 or probe is None or any(k not in probe for k in keys) or "P1_us" not in probe[keys[3]]:
+    bad.append(f"probe_gc_cost: rc {p.returncode}: {p.stdout[-800:]} {p.stderr[-1500:]}")
+else:
+    print("probe", {k: probe[k] for k in ("collect_us", "policy_every_allocation")}, flush=True)
 print("\n".join(bad) if bad else "ok")
 sys.exit(1 if bad else 0)
