@@ -50,6 +50,8 @@ p.add_argument("--variants", default="c2_4,c2_64,c2_512,c100_8x8,thread_c2_64,ri
 p.add_argument("--scale", type=float, default=1.0, help="iteration counts times this")
 p.add_argument("--options", default="{}", help="JSON: more install() arguments for --mode gcpressure, e.g. "
                '\'{"minor_generation": "2", "freeze": true}\' (Note [A minor promotes the owner it runs beside])')
+p.add_argument("--host-work-us", type=float, default=0.0,
+               help="busy host work per iteration (the host backend's loop has no device time; this gives it a pace)")
 args = p.parse_args()
 LIMIT = int(args.limit_gib * (1 << 30))
 OPTIONS = json.loads(args.options)
@@ -59,6 +61,14 @@ ITERS = {"c2_4": 3000, "c2_64": 300, "c2_512": 48, "c100_8x8": 150, "thread_c2_6
 
 class Node:
     pass
+
+
+def work():
+    """--host-work-us of busy time (GIL held, like a kernel launch loop that waits on the device)."""
+    if args.host_work_us > 0:
+        end = time.perf_counter() + args.host_work_us * 1e-6
+        while time.perf_counter() < end:
+            pass
 
 
 def emit(o):
@@ -197,6 +207,7 @@ def loop_c2(fw, mib, iters, cyclic=True, sample=True, state=None, hint=False):
             if not cyclic:
                 a.peer = b.peer = None
             del a, b
+            work()
         except fw.OOM as e:
             st["ooms"] += 1
             st["oom"] = str(e)[:400]
@@ -216,6 +227,7 @@ def loop_c100(fw, iters):
             for k in range(8):
                 nodes[k * 12].x = fw.new(8 * MiB, float(i))
             del nodes
+            work()
         except fw.OOM as e:
             st["ooms"] += 1
             st["oom"] = str(e)[:400]
@@ -235,6 +247,7 @@ def loop_ring(fw, iters, mib=64):
             a.x = fw.new(mib * MiB, float(i))
             ring.append((i + 1 + (7919 * i) % 50, a))
             del a, b
+            work()
         except fw.OOM as e:
             st["ooms"] += 1
             st["oom"] = str(e)[:400]
@@ -289,6 +302,9 @@ def run_variant(fw, v, rep):
     if fw.mode == "gcpressure":
         s = fw.g.stats()  # this run's share: the counters are the process's
         r["peak_reserved_bytes"] = s["peak_reserved_bytes"]
+        # Live vs reserved: what the collections held apart from the pool's segments and pending frees
+        # (4 MiB blocks share 20 MiB segments: Note [Segments near the limit], core/src/pool_resource.cpp).
+        r["peak_live_bytes"] = s["peak_live_bytes"]
         r["gcpressure_collections"] = {k: n - s0["collections"][k] for k, n in s["collections"].items()}
         r["gcpressure_ooms"] = s["ooms"] - s0["ooms"]
         r["gc_seconds"] = s["gc_seconds"] - s0["gc_seconds"]
@@ -310,7 +326,7 @@ def main():
             emit(r)
             runs.append(r)
     summary = {"summary": True, "framework": args.framework, "mode": args.mode, "limit": LIMIT, "options": OPTIONS,
-               "python": sys.version.split()[0]}
+               "python": sys.version.split()[0], "host_work_us": args.host_work_us}
     try:
         mod = __import__(args.framework if args.framework == "cupy" else "numba")
         summary["version"] = mod.__version__
@@ -335,6 +351,9 @@ def main():
                                                                  for r in rs)
         if "peak_over_live" in rs[0]:
             summary[v]["peak_over_live_median"] = statistics.median(r["peak_over_live"] for r in rs)
+        if "peak_live_bytes" in rs[0] and rs[0]["live_bytes"]:
+            summary[v]["peak_live_over_live_median"] = statistics.median(r["peak_live_bytes"] / r["live_bytes"]
+                                                                         for r in rs)
     emit(summary)
 
 

@@ -41,8 +41,8 @@ for name, extra in (("default", {}), ("young", {"freeze": False})):
         elif v != "pair" and (summary[v]["ooms"] or "peak_reserved_median" not in summary[v]):
             bad.append(f"{name}: {v}: {summary[v]}")
     runs = [x for x in lines if not x.get("summary") and x["variant"] not in ("pair", "acyclic_64")]
-    if any("peak_over_live" not in r or "gcpressure_collections" not in r for r in runs):
-        bad.append(f"{name}: a run lacks peak_over_live or its collections")
+    if any("peak_over_live" not in r or "gcpressure_collections" not in r or "peak_live_bytes" not in r for r in runs):
+        bad.append(f"{name}: a run lacks peak_over_live, peak_live_bytes or its collections")
     print(name, {v: round(summary[v].get("peak_over_live_median", 0), 1) for v in VARIANTS.split(",")
                  if v in summary and "peak_over_live_median" in summary[v]}, flush=True)
 # probe_gc_cost.py, as h200_python.sh runs it: one JSON line with every figure RESULTS.md's bounds use.
