@@ -98,6 +98,10 @@ for mm in default gcpressure.numba; do
     --modules cudadrv.test_emm_plugins,cudadrv.test_cuda_memory,cudadrv.test_deallocations,cudadrv.test_streams
 done
 STEP_ENV=()
+# Diagnostic, last (the deadline may skip it): Numba with the heap frozen after its first kernel is
+# compiled (its compiler state made whole-heap collections 13-21 ms in the run of 2026-12-02 night).
+step cycles_numba_frozen_after_jit "$PY" "$HERE/tests/bench_cycles.py" --framework numba --mode gcpressure \
+  --reps 1 --variants "$VARIANTS" --freeze-after-setup
 
 # Every JSON line, by step, in one file.
 "$PY" - "$OUT" <<'PYJ'

@@ -50,6 +50,10 @@ p.add_argument("--variants", default="c2_4,c2_64,c2_512,c100_8x8,thread_c2_64,ri
 p.add_argument("--scale", type=float, default=1.0, help="iteration counts times this")
 p.add_argument("--options", default="{}", help="JSON: more install() arguments for --mode gcpressure, e.g. "
                '\'{"minor_generation": "2", "freeze": true}\' (Note [A minor promotes the owner it runs beside])')
+p.add_argument("--freeze-after-setup", action="store_true",
+               help="diagnostic: gc.collect() + gc.freeze() once the framework is set up (Numba: its first kernel "
+                    "compiled), then 40 cheap collections so that the collector's cost estimate learns the frozen "
+                    "heap (Note [Choosing the minor's generation])")
 p.add_argument("--host-work-us", type=float, default=0.0,
                help="busy host work per iteration (the host backend's loop has no device time; this gives it a pace)")
 args = p.parse_args()
@@ -317,6 +321,11 @@ def run_variant(fw, v, rep):
 
 def main():
     fw = (CupySide if args.framework == "cupy" else NumbaSide)(args.mode)
+    if args.freeze_after_setup:
+        gc.collect()
+        gc.freeze()
+        for _ in range(40):
+            gc.collect()
     runs = []
     for v in args.variants.split(","):
         for rep in range(args.reps):
@@ -326,7 +335,8 @@ def main():
             emit(r)
             runs.append(r)
     summary = {"summary": True, "framework": args.framework, "mode": args.mode, "limit": LIMIT, "options": OPTIONS,
-               "python": sys.version.split()[0], "host_work_us": args.host_work_us}
+               "python": sys.version.split()[0], "host_work_us": args.host_work_us,
+               "freeze_after_setup": args.freeze_after_setup, "frozen": gc.get_freeze_count()}
     try:
         mod = __import__(args.framework if args.framework == "cupy" else "numba")
         summary["version"] = mod.__version__

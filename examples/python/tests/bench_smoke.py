@@ -26,9 +26,11 @@ env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(HERE, "fakes"), 
 bad = []
 # The defaults (Note [Choosing the minor's generation]) and the control h200_python.sh runs beside
 # them: freeze=False, whose auto minors are generational (the package's defaults before 22bb5a5).
-for name, extra in (("default", {}), ("young", {"freeze": False})):
+# And --freeze-after-setup, the diagnostic step h200_python.sh runs for Numba.
+for name, extra, flags in (("default", {}, []), ("young", {"freeze": False}, []),
+                           ("frozen_after_setup", {}, ["--freeze-after-setup"])):
     cmd = [sys.executable, os.path.join(HERE, "bench_cycles.py"), "--framework", "cupy", "--mode", "gcpressure",
-           "--reps", "1", "--scale", "0.1", "--variants", VARIANTS, "--options", json.dumps({**HOST, **extra})]
+           "--reps", "1", "--scale", "0.1", "--variants", VARIANTS, "--options", json.dumps({**HOST, **extra})] + flags
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     lines = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
     summary = next((x for x in lines if x.get("summary")), None)
