@@ -14,12 +14,16 @@
 
 #include <atomic>
 
-#include "gc_roots.hpp"
 #include "reliability_support.hpp"
+#include "survivors.hpp"
 
 using namespace std::chrono_literals;
 using gcp_test::clear_stack;
 using gcp_test::settle;
+using gcp_rel::find_survivors;
+using gcp_rel::full_collect;
+using gcp_rel::full_collect_on_fresh_thread;
+using gcp_rel::survivors;
 
 namespace {
 
@@ -83,159 +87,6 @@ struct thread_stats {
   clear_stack();
 }
 
-[[gnu::noinline]] void full_collect(gb::device_heap& h) {
-  clear_stack();
-  h.collect(gcp::gc_kind::blocking_full);
-}
-
-// The same from a new registered thread, whose stack and registers never held
-// a handle and whose collection frames lie elsewhere (Note [Lost or
-// retained]).
-void full_collect_on_fresh_thread(gb::device_heap& h) {
-  std::thread([&h] {
-    gb::thread_scope reg;
-    full_collect(h);
-  }).join();
-}
-
-// Note [Lost or retained] (gc_roots.hpp): the recorded handles still live
-// after the final collections, each with its mark bit and the words that
-// point at it. Returns their bytes; prints one line per survivor.
-std::string to_hex(std::uintptr_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-struct survivors {
-  std::size_t count = 0, bytes = 0, unmarked = 0, released = 0, released_bytes = 0;
-};
-
-// What Boehm and the handle say about a recorded handle (given hidden, so
-// that no frame above this one holds it while the caller collects).
-struct handle_facts {
-  bool live = false, marked = false;
-  std::size_t bytes = 0, size = 0;  // device bytes; the handle's GC object size
-  std::string address;              // printed here: no frame that collects computes it
-};
-[[gnu::noinline]] handle_facts inspect_frame(std::uintptr_t hidden) {
-  handle_facts f;
-  auto* b = reinterpret_cast<gb::buffer*>(~hidden);
-  if (GC_base(b) != b || !gb::device_heap::is_live(b) || gb::device_heap::size(b) == 0) return f;
-  f.live = true;
-  f.bytes = gb::device_heap::size(b);
-  f.size = GC_size(b);
-  f.address = to_hex(reinterpret_cast<std::uintptr_t>(b));
-  struct arg_t {
-    void* p;
-    int marked;
-  } arg{b, 0};
-  GC_call_with_alloc_lock(
-      [](void* a) -> void* {
-        auto* x = static_cast<arg_t*>(a);
-        x->marked = GC_is_marked(x->p);
-        return nullptr;
-      },
-      &arg);
-  f.marked = arg.marked != 0;
-  return f;
-}
-// The frames that held the handle are scrubbed before returning: a stale copy
-// there would retain it through the next collection.
-[[gnu::noinline]] handle_facts inspect(std::uintptr_t hidden) {
-  const handle_facts f = inspect_frame(hidden);
-  clear_stack();
-  return f;
-}
-
-// Words the experiment below may clear: in a thread stack or a data segment
-// outside bdwgc. bdwgc's own data and anonymous memory (its block headers,
-// mark stack, malloc arenas) hold words that are not roots, and clearing
-// those corrupts the collector ("Unexpected mark stack overflow", seen).
-// This executable's .bss (GNU ld's symbols): its tail past the last page of
-// the file is an anonymous mapping, named "anon" like bdwgc's memory, and
-// whether a global such as g_kept lands there depends on the binary's layout.
-extern "C" char __bss_start[], _end[];
-
-bool clearable(const gcp_rel::word_hit& w) {
-  if (w.in_gc_object || w.where.find("libgc") != std::string::npos) return false;
-  if (w.where.rfind("[stack]", 0) == 0) return true;
-  if (w.at >= reinterpret_cast<std::uintptr_t>(__bss_start) && w.at < reinterpret_cast<std::uintptr_t>(_end))
-    return true;  // this executable's own globals
-  if (w.where.rfind("anon", 0) == 0) return w.mapping_bytes >= (std::size_t{1} << 20);  // a thread stack
-  return w.where.rfind("/", 0) == 0;  // a loaded object's data segment
-}
-
-// In every failing run seen, the survivor was the first object of bdwgc's
-// newest heap section (a word equal to it only in GC_arrays._last_heap_addr,
-// which bdwgc does not scan) and stayed marked with no word pointing at it
-// (Note [Lost or retained]): grow the heap (a new newest section), collect
-// fully, and see whether the survivor is finalized.
-[[gnu::noinline]] bool released_by_heap_growth(gb::device_heap& h, std::uintptr_t hidden) {
-  GC_expand_hp(4u << 20);
-  full_collect_on_fresh_thread(h);
-  settle(h, [&] { return !inspect(hidden).live; }, 500ms);
-  return !inspect(hidden).live;
-}
-
-// Proves which word retains a survivor: zeroes one candidate word, collects
-// fully and runs the finalizers; restores the word if the handle is still
-// live. True if this word was what kept it.
-[[gnu::noinline]] bool released_by_clearing(gb::device_heap& h, std::uintptr_t hidden, std::uintptr_t at) {
-  auto* word = reinterpret_cast<volatile std::uintptr_t*>(at);
-  const volatile std::uintptr_t saved_hidden = ~*word;  // volatile: no register keeps the plain value
-  *word = 0;
-  full_collect_on_fresh_thread(h);
-  settle(h, [&] { return !inspect(hidden).live; }, 500ms);
-  if (!inspect(hidden).live) return true;
-  *word = ~saved_hidden;
-  return false;
-}
-
-// Note [Lost or retained] (gc_roots.hpp): the recorded handles still live
-// after the final collections, each with its mark bit and the words that
-// point at it; a survivor whose pointing word, once cleared, lets the next
-// full collection finalize it was retained (counted in `released`).
-[[gnu::noinline]] survivors find_survivors(gb::device_heap& h, const std::vector<const gcp_rel::handle_log*>& logs) {
-  survivors out;
-  for (const std::uintptr_t hidden : gcp_rel::distinct_handles(logs)) {
-    const handle_facts f = inspect(hidden);
-    if (!f.live) continue;
-    ++out.count;
-    out.bytes += f.bytes;
-    if (!f.marked) ++out.unmarked;
-    const auto hits = gcp_rel::find_words(hidden, f.size, [](std::uintptr_t a) {
-      return GC_base(reinterpret_cast<void*>(a)) != nullptr;
-    });
-    std::printf("[ soak ] survivor 0x%s: %zu bytes, %s, %zu word(s) point into it\n", f.address.c_str(), f.bytes,
-                f.marked ? "marked (reachable)" : "NOT marked", hits.size());
-    std::fflush(stdout);
-    for (const auto& w : hits)
-      std::printf("    word at 0x%s (+%zu) in %s%s\n", to_hex(w.at).c_str(), w.offset, w.where.c_str(),
-                  w.in_gc_object ? " (a GC object)" : "");
-    std::fflush(stdout);
-    bool released = false;
-    for (const auto& w : hits) {
-      if (!clearable(w) || !released_by_clearing(h, hidden, w.at)) continue;
-      std::printf("    RETAINED by the word at 0x%s: cleared, the next full collection finalized it\n",
-                  to_hex(w.at).c_str());
-      released = true;
-      break;
-    }
-    if (!released && released_by_heap_growth(h, hidden)) {
-      std::printf("    RETAINED by bdwgc: once its heap grew (a new newest heap section), the next full "
-                  "collection finalized it\n");
-      released = true;
-    }
-    if (released) {
-      ++out.released;
-      out.released_bytes += f.bytes;
-    }
-    std::fflush(stdout);
-  }
-  return out;
-}
-
 // Exact accounting (Note [Lost or retained]): one full collection from this
 // thread, then, if a handle survived, one from a fresh registered thread;
 // then the survivors are named and tested. True once no device byte is live.
@@ -252,7 +103,7 @@ bool final_collections(gb::device_heap& h, const gcp_rel::handle_log (&logs)[8],
     if (fulls == 3 && zero) std::printf("[ soak ] the fresh thread's collection finalized what the first kept\n");
   }
   if (zero) return true;
-  surv = find_survivors(h, {&logs[0], &logs[1], &logs[2], &logs[3], &logs[4], &logs[5], &logs[6], &logs[7]});
+  surv = find_survivors(h, {&logs[0], &logs[1], &logs[2], &logs[3], &logs[4], &logs[5], &logs[6], &logs[7]}, "soak");
   std::printf("[ soak ] after %d full collections: %zu bytes live; %zu recorded handles live (%zu bytes), "
               "%zu not marked, %zu retained (released by clearing a word or by heap growth); pushed %llu, "
               "orphaned %llu\n",
@@ -379,7 +230,7 @@ TEST(Soak, SurvivorReportNamesTheRootWord) {
     zero = settle(h, [&] { return h.allocator().live_bytes() == 4 * KiB + 5; }, 2000ms);
   }
   ASSERT_TRUE(zero) << "dropped handles kept: " << h.allocator().live_bytes();
-  const survivors s = find_survivors(h, {&log});
+  const survivors s = find_survivors(h, {&log}, "soak");
   EXPECT_EQ(s.count, 1u);
   EXPECT_EQ(s.bytes, 4 * KiB + 5);
   EXPECT_EQ(s.unmarked, 0u);
