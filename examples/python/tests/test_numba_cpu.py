@@ -119,8 +119,53 @@ def defer_cleanup_frees_anyway():
         expect(live(g)["live_bytes"] == 0, "device frees are not deferred (stream-ordered returns to the pool)")
 
 
+def filecheck_stand_in():
+    # Note [A stand-in for filecheck] (numba_suite.py): the imports numba-cuda's
+    # testing.py makes work, a test that uses FileCheck skips visibly, one that
+    # does not runs, a filecheck that exists is never shadowed, and the suite's
+    # JSON says it installed the stand-in.
+    import json
+    import subprocess
+    import tempfile
+    import unittest
+    import numba_suite as ns
+    expect(ns.install_filecheck_stub({"filecheck": object()}) is False, "a loaded filecheck is kept")
+    with tempfile.TemporaryDirectory() as d:
+        os.mkdir(os.path.join(d, "filecheck"))
+        open(os.path.join(d, "filecheck", "__init__.py"), "w").close()
+        sys.path.insert(0, d)
+        try:
+            expect(ns.install_filecheck_stub({}) is False, "an importable filecheck is not shadowed")
+        finally:
+            sys.path.remove(d)
+    expect(ns.install_filecheck_stub() is True and sys.modules["filecheck"].__gcpressure_stand_in__, "installed")
+    from filecheck.matcher import Matcher
+    from filecheck.options import Options
+    from filecheck.parser import Parser, pattern_for_opts
+    from filecheck.finput import FInput
+
+    class T(unittest.TestCase):
+        def test_uses_filecheck(self):  # as CUDATestCase.assertFileCheckMatches begins
+            opts = Options(match_filename="-", check_prefixes=["CHECK"])
+            Matcher(opts, FInput(fname="-", content=""), Parser(opts, None, *pattern_for_opts(opts))).run()
+
+        def test_plain(self):
+            self.assertEqual(1 + 1, 2)
+
+    r = unittest.TextTestRunner(stream=open(os.devnull, "w")).run(unittest.defaultTestLoader.loadTestsFromTestCase(T))
+    expect(r.testsRun == 2 and not r.failures and not r.errors, (r.failures, r.errors))
+    expect(len(r.skipped) == 1 and ns.FILECHECK_STUB in r.skipped[0][1], r.skipped)
+    for c in (Matcher.from_opts, lambda: pattern_for_opts(None)):
+        raises(unittest.SkipTest, c)
+    # The suite against the Numba stand-in (no numba.cuda.tests there): its JSON line says so.
+    p = subprocess.run([sys.executable, ns.__file__, "--modules", "cudadrv.test_emm_plugins"], capture_output=True,
+                       text=True, timeout=60)
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    expect(p.returncode == ns.SKIP and out.get("filecheck_stub") is True, (p.returncode, out))
+
+
 if __name__ == "__main__":
     env = {"env_selected": {"NUMBA_CUDA_MEMORY_MANAGER": "gcpressure.numba", "GCPRESSURE_BACKEND": "host",
                             "GCPRESSURE_HARD_LIMIT": "32MiB", "GCPRESSURE_HOST_CAPACITY": "256MiB"}}
     main({f.__name__: f for f in (memalloc_and_finalizer, reset_frees_all, cycles_collected, control_runs_out,
-                                  env_selected, synchronize_hooks, defer_cleanup_frees_anyway)}, env)
+                                  env_selected, synchronize_hooks, defer_cleanup_frees_anyway, filecheck_stand_in)}, env)
