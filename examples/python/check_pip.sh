@@ -22,19 +22,39 @@ fakes=$here/tests/fakes
 py=${PYTHON:-/usr/bin/python3}
 [ -x "$py" ] || py=python3
 work=$(mktemp -d "${TMPDIR:-/tmp}/gcp-pip.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+# At exit, a run that would pass must have made the pip group's floor of
+# checks (Note [Test groups], scripts/test.sh): a check deleted, or an early
+# `exit 0`, shows as a lower count and fails.
+checks=0
+finish() {
+  local rc=$?
+  cd "$root"  # not $work, which goes
+  rm -rf "$work"
+  if [ "$rc" = 0 ] && ! python3 "$root/scripts/check-test-groups.py" count pip "$checks"; then
+    echo "check_pip: FAIL ($checks checks, below the pip group's floor)"
+    rc=1
+  fi
+  exit "$rc"
+}
+trap finish EXIT
 export GCPRESSURE_WITH_CUDA=${GCPRESSURE_WITH_CUDA:-OFF}
 export GCP_TORCH_BUILD_DIR=${GCP_TORCH_BUILD_DIR:-$root/build/torch-pip-check}
 if command -v ccache >/dev/null && [ -z "${CMAKE_ARGS:-}" ]; then
   export CMAKE_ARGS="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache"
 fi
 unset GCPRESSURE_TORCH_LIB PYTHONPATH
+ok() { checks=$((checks + 1)); echo "check_pip: OK $*"; }
+gone() {  # the package is no longer importable from the venv
+  if "$vpy" -c "import gcpressure" 2>/dev/null; then echo "check_pip: FAIL (gcpressure still importable after $1)"; exit 1; fi
+  ok "uninstall$2: gcpressure is gone"
+}
 
 "$py" -m venv --system-site-packages "$work/venv"
 vpy="$work/venv/bin/python"
 echo "check_pip: $("$vpy" --version) in $work/venv"
 "$vpy" -m pip install --no-build-isolation --no-index "$here" >"$work/pip.log" 2>&1 || {
   tail -40 "$work/pip.log"; echo "check_pip: FAIL (pip install ./examples/python)"; exit 1; }
+ok "pip install ./examples/python"
 
 cd "$work"  # not the checkout: the import must come from the venv
 "$vpy" - "$work/venv" "$fakes" <<'PY'
@@ -84,15 +104,18 @@ assert fw["cupy"][0]["live_bytes"] == 1 << 20 and fw["numba"][0]["live_bytes"] =
 del a, d
 fw = g.stats()["frameworks"]
 assert fw["cupy"][0]["live_bytes"] == 0 and fw["numba"][0]["live_bytes"] == 0, fw
-print(f"check_pip: OK import from {mod}; library {lib}; host alloc/free/stats; cupy and numba adaptors; {torch_note}")
+print(f"check_pip: import from {mod}; library {lib}; host alloc/free/stats; cupy and numba adaptors; {torch_note}")
 PY
+ok "the installed package (above)"
 "$vpy" -m pip uninstall -y gcpressure >/dev/null
-echo "check_pip: OK uninstall"
+gone "pip uninstall" ""
 
 # Today's instruction, `pip install ./examples/torch`, installs the same package.
 "$vpy" -m pip install --no-build-isolation --no-index "$root/examples/torch" >"$work/pip-torch.log" 2>&1 || {
   tail -40 "$work/pip-torch.log"; echo "check_pip: FAIL (pip install ./examples/torch)"; exit 1; }
+ok "pip install ./examples/torch"
 "$vpy" -c "import gcpressure_torch as g, gcpressure.torch as t, os, sys; assert g is t; assert os.path.isfile(g.find_library()); \
-assert os.path.realpath(g.find_library()).startswith(os.path.realpath(sys.prefix)), g.find_library(); print('check_pip: OK ./examples/torch installs gcpressure:', g.find_library())"
+assert os.path.realpath(g.find_library()).startswith(os.path.realpath(sys.prefix)), g.find_library(); print('check_pip: ./examples/torch installs gcpressure:', g.find_library())"
+ok "./examples/torch installs the same package"
 "$vpy" -m pip uninstall -y gcpressure >/dev/null
-echo "check_pip: OK uninstall (./examples/torch)"
+gone "pip uninstall (./examples/torch)" " (./examples/torch)"
