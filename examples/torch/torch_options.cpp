@@ -82,6 +82,9 @@ GCP_EXPORT int gcp_torch_init(const char* backend, const char* soft_limit, const
 //                  generation] in torch_python.cpp), "0", "1", "2" (every minor is a whole-heap
 //                  gc.collect(): Note [A minor promotes the owner it runs beside])
 //   gen1_every     see above (default 4)
+//   refreeze       with auto minors, at most this many gc.freeze() of a long-lived heap that grew
+//                  after install (default 2; Note [Freezing again after the heap grew] in
+//                  torch_refreeze.cpp); 0: never
 //   handoff        "helper" (default) or "pending" (Py_AddPendingCall)
 //   oom            "throw" (default) or "null"  (Note [Out of memory])
 //   every_n, verbose, host_capacity, pool, ... any option of the options
@@ -120,6 +123,9 @@ GCP_EXPORT int gcp_torch_set_option(const char* key, const char* value) {
     } else if (k == "gen1_every") {
       g.s.gen1_every = std::stoi(v);
       if (g.s.gen1_every < 1) return fail("gcp_torch_set_option: gen1_every must be >= 1");
+    } else if (k == "refreeze") {
+      g.s.refreeze = std::stoi(v);
+      if (g.s.refreeze < 0) return fail("gcp_torch_set_option: refreeze must be >= 0");
     } else if (k == "handoff") {
       if (v != "helper" && v != "pending") return fail("gcp_torch_set_option: handoff must be helper or pending");
       g.s.pending_handoff = v == "pending";

@@ -98,6 +98,7 @@
 #include <cstdint>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "gcpressure/collection_scope.hpp"
 #include "torch_shim.hpp"
@@ -177,6 +178,19 @@ double clock_seconds() noexcept {
 // sample) must not flip the choice, a heap that grew (every sample) does.
 bool g_cost_over[2] = {false, false};  // (GIL)
 
+// Note [Choosing the minor's generation]: whole-heap minors while the whole
+// heap costs at most k_whole_ratio x a young collection + k_whole_slack, and
+// until it costs k_leave_ratio x + k_leave_slack; probing at most
+// k_probe_share of the wall. Note [Freezing again after the heap grew] uses
+// the leaving threshold too.
+constexpr double k_whole_ratio = 2.0, k_whole_slack = 20e-6;
+constexpr double k_leave_ratio = 4.0, k_leave_slack = 50e-6;
+constexpr double k_probe_share = 0.01;
+double leave_threshold() noexcept {
+  return k_leave_ratio * g_cost_young.load(std::memory_order_relaxed) + k_leave_slack;
+}
+thread_local bool t_requesting = false;  // inside collect_with_gil: a CPython collection now is ours
+
 void learn_collection_cost(long gen, double seconds) noexcept {
   const int k = gen >= 2 ? 1 : 0;
   std::atomic<double>& c = k ? g_cost_whole : g_cost_young;
@@ -190,6 +204,11 @@ void learn_collection_cost(long gen, double seconds) noexcept {
   }
   c.store(old > 0 ? 0.75 * old + 0.25 * x : x, std::memory_order_relaxed);
   if (k) g_last_whole_at.store(clock_seconds(), std::memory_order_relaxed);
+}
+
+void forget_whole_cost() noexcept {
+  g_cost_whole.store(0, std::memory_order_relaxed);
+  g_cost_over[1] = false;
 }
 
 PyObject* g_gc_collect = nullptr;  // gc.collect, a new reference kept forever (GIL to touch)
@@ -220,6 +239,12 @@ PyObject* on_gc(PyObject*, PyObject* args) {
       const double dt = seconds_since(t_py_gc_t0);
       add_ns(C().python_ns, dt);
       if (gen >= 0 && gen < 3) learn_collection_cost(gen, dt);
+      if (gen == 2) {  // Note [Freezing again after the heap grew]
+        long found = 0;
+        if (PyObject* n = PyDict_GetItemString(info, "collected")) found = PyLong_AsLong(n);
+        if (PyErr_Occurred()) PyErr_Clear();
+        note_whole_collection(dt, leave_threshold(), found, t_requesting);
+      }
     }
     if (gen >= 0 && gen < 3) C().python_collections[static_cast<std::size_t>(gen)].fetch_add(1);
   }
@@ -276,6 +301,10 @@ bool collect_with_gil(int gen, double gil_wait, bool may_wait) {
     return false;
   }
   const auto deadline = clock_type::now() + std::chrono::duration<double>(gil_wait);
+  struct requesting {  // on_gc: the collections until we return are ours
+    bool saved = std::exchange(t_requesting, true);
+    ~requesting() { t_requesting = saved; }
+  } mark;
   for (;;) {
     const std::uint64_t before = t_py_gc_starts;
     PyObject* arg = PyLong_FromLong(gen);
@@ -296,7 +325,10 @@ bool collect_with_gil(int gen, double gil_wait, bool may_wait) {
         PyErr_WriteUnraisable(g_gc_collect);
       }
     }
-    if (!g_hook_installed || t_py_gc_starts != before || n > 0) return true;
+    if (!g_hook_installed || t_py_gc_starts != before || n > 0) {
+      if (gen == 2) maybe_refreeze();  // Note [Freezing again after the heap grew]
+      return true;
+    }
     // Nothing seen: another thread's collection is running — or someone
     // removed our gc.callbacks entry (then we cannot tell; assume it ran).
     if (PySequence_Contains(g_gc_callbacks, g_hook_fn) != 1) {
@@ -325,7 +357,8 @@ class py_collector final : public collector {
 
   void collect_minor() override {
     C().requested_minor.fetch_add(1);
-    request(mode_ < 0 && whole_next() ? 2 : minor_generation());  // Note [Choosing the minor's generation]
+    // Note [Choosing the minor's generation]; Note [Freezing again after the heap grew]
+    request(mode_ < 0 && (whole_next() || refreeze_due()) ? 2 : minor_generation());
   }
   void start_full() override {}
   bool step_full(double) override {
@@ -387,6 +420,7 @@ class py_collector final : public collector {
     grace_ = s.holder_grace;
     pending_ = s.pending_handoff;
     configure_handoff(s.gil_wait, s.pending_handoff);
+    configure_refreeze(s.minor_generation < 0 ? s.refreeze : 0);
   }
 
  private:
@@ -433,9 +467,6 @@ class py_collector final : public collector {
   // k_leave_slack (hysteresis: with one threshold, c2_4 on the host
   // alternated, 313 young minors among 553, each young one promoting an
   // owner).
-  static constexpr double k_whole_ratio = 2.0, k_whole_slack = 20e-6;
-  static constexpr double k_leave_ratio = 4.0, k_leave_slack = 50e-6;
-  static constexpr double k_probe_share = 0.01;
   bool whole_next() const noexcept {
     const double w = g_cost_whole.load(std::memory_order_relaxed);
     if (w <= 0) return false;

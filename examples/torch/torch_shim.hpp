@@ -28,6 +28,7 @@ struct settings {
   double holder_grace = 0.001;  // rule 1(a): how long a GIL holder may wait for M before requests give up
   int minor_generation = -1;  // -1: auto (Note [Choosing the minor's generation]); 0, 1 or 2: always
   int gen1_every = 4;
+  int refreeze = 2;           // Note [Freezing again after the heap grew]: at most this many per process
   bool pending_handoff = false;  // Py_AddPendingCall instead of the helper thread
   bool oom_null = false;         // Note [Out of memory]
   // Note [Graph capture]: which allocations ask whether their stream captures.
@@ -107,6 +108,28 @@ void configure_python_collector(const settings& s);
 // Note [Choosing the minor's generation]: CPython's collections' smoothed
 // cost in seconds (0: none seen yet), young (gen 0/1) and whole-heap.
 double collection_cost(bool whole) noexcept;
+
+// The cost estimate of whole-heap collections starts again (GIL held).
+void forget_whole_cost() noexcept;
+
+// --- torch_refreeze.cpp: Note [Freezing again after the heap grew] ---
+
+// How many re-freezes the process may make (0: none). Any thread.
+void configure_refreeze(int allowed) noexcept;
+// on_gc at the stop of a whole-heap collection (GIL held): its time, auto's
+// threshold for leaving whole-heap minors, what it found, whether it was ours.
+void note_whole_collection(double seconds, double leave_threshold, long collected, bool ours) noexcept;
+// The next requested collection should be a whole-heap one (a qualifying one
+// ran that was not ours).
+bool refreeze_due() noexcept;
+// GIL held, right after a whole-heap gc.collect() of ours ran: gc.freeze()
+// when the rule says so; true if it froze.
+bool maybe_refreeze();
+struct refreeze_counts {
+  int allowed, done, declined;
+  std::uint64_t objects, live_bytes;  // frozen by re-freezes; device bytes live at them (the pinning bound)
+};
+refreeze_counts refreeze_stats() noexcept;
 
 // Rule 2 of Note [GIL and the collection lock]: an entry point's GIL
 // bookkeeping for the duration of the call (a stack object).

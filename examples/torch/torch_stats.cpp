@@ -49,7 +49,7 @@ std::string stats_json() {
      << "\",\"soft_limit\":\"" << json_escape(s.cfg.soft_limit.to_string()) << "\",\"hard_limit\":\""
      << json_escape(s.cfg.hard_limit.to_string()) << "\",\"gc_budget\":" << s.cfg.gc_budget
      << ",\"gil_wait\":" << s.gil_wait << ",\"minor_generation\":" << s.minor_generation
-     << ",\"gen1_every\":" << s.gen1_every << ",\"handoff\":\"" << (s.pending_handoff ? "pending" : "helper")
+     << ",\"gen1_every\":" << s.gen1_every << ",\"refreeze\":" << s.refreeze << ",\"handoff\":\"" << (s.pending_handoff ? "pending" : "helper")
      << "\",\"oom\":\"" << (s.oom_null ? "null" : "throw") << "\",\"capture_check\":"
      << "\"" << capture_check_name(s.capture_check) << "\"},";
   os << "\"entries\":{\"alloc_calls\":" << u(c.alloc_calls) << ",\"free_calls\":" << u(c.free_calls)
@@ -71,7 +71,10 @@ std::string stats_json() {
      << ",\"requested_seconds\":" << static_cast<double>(u(c.requested_ns)) * 1e-9
      << ",\"unreachable\":" << u(c.unreachable) << ",\"callback_errors\":" << u(c.callback_errors)
      << ",\"cost_young_us\":" << collection_cost(false) * 1e6 << ",\"cost_whole_us\":" << collection_cost(true) * 1e6
-     << ",\"hook_installed\":" << (gc_hook_installed() ? "true" : "false") << "},";
+     << ",\"hook_installed\":" << (gc_hook_installed() ? "true" : "false");
+  const refreeze_counts rf = refreeze_stats();  // Note [Freezing again after the heap grew]
+  os << ",\"refreeze\":{\"allowed\":" << rf.allowed << ",\"done\":" << rf.done << ",\"declined\":" << rf.declined
+     << ",\"objects\":" << rf.objects << ",\"live_bytes\":" << rf.live_bytes << "}},";
   os << "\"profile\":" << gcp_torch::P().json() << ",\"graphs\":[";
   for (int d = 0, n = 0; d < k_max_devices; ++d) {
     device_slot* sl = existing(d);

@@ -221,7 +221,7 @@ def configure(soft_limit=None, hard_limit=None, policy: str | None = "pressure",
     cuda_async (PyTorch), host (a simulated device in host memory, for tests
     without a GPU), cuda, auto. options: host_capacity, gil_wait,
     minor_generation ("auto", 0, 1, 2), gen1_every, handoff ("helper",
-    "pending"), oom ("throw", "null"), every_n, verbose, freeze. Once per
+    "pending"), oom ("throw", "null"), every_n, verbose, freeze, refreeze. Once per
     process, before the first allocation.
     minor_generation: "auto" (the default) makes a minor a whole-heap
     gc.collect() while that costs about what a young one does, and gen 0
@@ -237,7 +237,14 @@ def configure(soft_limit=None, hard_limit=None, policy: str | None = "pressure",
     examines again, so whole-heap collections cost what the program made
     since. Cyclic garbage among those frozen objects is never freed (it was
     alive at install time); gc.unfreeze() undoes it; freeze=False keeps the
-    heap as it is."""
+    heap as it is.
+    refreeze (default 2; 0 with freeze=False): with auto minors, how many
+    times a long-lived heap that grew after install (a framework's compiler
+    state) is frozen again, right after a whole-heap collection that cost
+    too much for whole-heap minors and found little (Note [Freezing again
+    after the heap grew] in examples/torch/torch_refreeze.cpp: what it can
+    leak is bounded by the device bytes live then, at most 1/32 of the hard
+    limit each time)."""
     global _lib
     with _lock:
         if _lib is not None:
@@ -245,6 +252,8 @@ def configure(soft_limit=None, hard_limit=None, policy: str | None = "pressure",
         L = Library(lib)
         freeze = options.pop("freeze", None)
         freeze = True if freeze is None else bool(freeze)
+        if not freeze:  # nothing frozen at install: no re-freeze either (Note [Freezing again after the heap grew])
+            options.setdefault("refreeze", 0)
         # budget is the table's gc_budget: its parser, its range (0 is an error, not "unset").
         for k, v in dict(options, **({} if budget is None else {"gc_budget": budget})).items():
             if v is not None:

@@ -54,6 +54,10 @@ p.add_argument("--freeze-after-setup", action="store_true",
                help="diagnostic: gc.collect() + gc.freeze() once the framework is set up (Numba: its first kernel "
                     "compiled), then 40 cheap collections so that the collector's cost estimate learns the frozen "
                     "heap (Note [Choosing the minor's generation])")
+p.add_argument("--grow-heap", type=int, default=0,
+               help="diagnostic: this many long-lived tracked objects made once the framework is set up (a stand-in "
+                    "for numba-cuda's compiler state, ~100-200k objects on the H200; Note [Freezing again after the "
+                    "heap grew])")
 p.add_argument("--host-work-us", type=float, default=0.0,
                help="busy host work per iteration (the host backend's loop has no device time; this gives it a pace)")
 args = p.parse_args()
@@ -321,6 +325,7 @@ def run_variant(fw, v, rep):
 
 def main():
     fw = (CupySide if args.framework == "cupy" else NumbaSide)(args.mode)
+    grown = [[Node() for _ in range(9)] for _ in range(args.grow_heap // 10)]  # 10 tracked objects each
     if args.freeze_after_setup:
         gc.collect()
         gc.freeze()
@@ -336,7 +341,11 @@ def main():
             runs.append(r)
     summary = {"summary": True, "framework": args.framework, "mode": args.mode, "limit": LIMIT, "options": OPTIONS,
                "python": sys.version.split()[0], "host_work_us": args.host_work_us,
-               "freeze_after_setup": args.freeze_after_setup, "frozen": gc.get_freeze_count()}
+               "freeze_after_setup": args.freeze_after_setup, "frozen": gc.get_freeze_count(),
+               "grow_heap": args.grow_heap, "unfrozen": len(gc.get_objects())}
+    if fw.mode == "gcpressure":
+        summary["refreeze"] = fw.g.raw_stats()["python"].get("refreeze")
+    del grown
     try:
         mod = __import__(args.framework if args.framework == "cupy" else "numba")
         summary["version"] = mod.__version__

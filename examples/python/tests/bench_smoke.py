@@ -28,7 +28,9 @@ bad = []
 # them: freeze=False, whose auto minors are generational (the package's defaults before 22bb5a5).
 # And --freeze-after-setup, the diagnostic step h200_python.sh runs for Numba.
 for name, extra, flags in (("default", {}, []), ("young", {"freeze": False}, []),
-                           ("frozen_after_setup", {}, ["--freeze-after-setup"])):
+                           ("frozen_after_setup", {}, ["--freeze-after-setup"]),
+                           # Note [Freezing again after the heap grew]: 200k long-lived objects after set-up
+                           ("grown_heap", {}, ["--grow-heap", "200000"])):
     cmd = [sys.executable, os.path.join(HERE, "bench_cycles.py"), "--framework", "cupy", "--mode", "gcpressure",
            "--reps", "1", "--scale", "0.1", "--variants", VARIANTS, "--options", json.dumps({**HOST, **extra})] + flags
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
@@ -37,6 +39,8 @@ for name, extra, flags in (("default", {}, []), ("young", {"freeze": False}, [])
     if p.returncode != 0 or summary is None:
         bad.append(f"{name}: rc {p.returncode}, no summary: {p.stderr[-1500:]}")
         continue
+    if name == "grown_heap" and (summary.get("refreeze") or {}).get("done", 0) < 1:
+        bad.append(f"grown_heap: the grown heap was not frozen again: {summary.get('refreeze')}")
     for v in VARIANTS.split(","):
         if v not in summary:
             bad.append(f"{name}: variant {v} missing from the summary")

@@ -136,8 +136,9 @@ def auto_minors_stay_young_over_a_large_heap():
     # H200) make a whole-heap minor ~100x a young one here; auto then runs
     # young minors, and re-measures the whole heap only once 1% of the wall
     # time since the last one pays for it. Fails if auto keeps whole-heap
-    # minors (all 200 would be gen 2, ~4 s here).
-    cupy, g, _ = setup(policy="explicit_free", hard_limit="512MiB")
+    # minors (all 200 would be gen 2, ~4 s here). refreeze=0: else the first
+    # whole-heap minor freezes that heap (the next case).
+    cupy, g, _ = setup(policy="explicit_free", hard_limit="512MiB", refreeze=0)
     keep = [[Node() for _ in range(9)] for _ in range(30000)]  # ~300k tracked objects, alive
     gc.disable()
     t0 = time.perf_counter()
@@ -153,6 +154,72 @@ def auto_minors_stay_young_over_a_large_heap():
     expect(gens[0] + gens[1] >= 190 and gens[2] <= 5, f"requested generations {gens}, costs {py['cost_young_us']:.0f} / "
            f"{py['cost_whole_us']:.0f} us, {wall:.2f} s")
     del keep
+
+
+def grown_heap_loop(program_collects=False, keep_live=0, garbage_heap=False, iters=200, **kw):
+    """Note [Freezing again after the heap grew]: 300k long-lived objects made
+    after install (a stand-in for numba-cuda's first kernel compile), then
+    one 8 MiB array per iteration in a 2-object cycle with a minor at every
+    allocation (the owner alive). Returns (peak live / one array, wall, the
+    python stats)."""
+    cupy, g, _ = setup(policy="explicit_free", hard_limit="512MiB", **kw)
+    held = [cupy.empty(8 * MiB // 4) for _ in range(keep_live)]
+    keep = [[Node() for _ in range(9)] for _ in range(30000)]  # ~300k tracked objects
+    if garbage_heap:  # the same objects, each list in a cycle and dropped: garbage, not a long-lived heap
+        for k in keep:
+            k[0].p = k
+        keep = None
+    gc.disable()
+    if program_collects:
+        gc.collect()  # the program's own whole-heap collection (not the policy's)
+    peak, t0 = 0, time.perf_counter()
+    for _ in range(iters):
+        a, b = Node(), Node()
+        a.p, b.p = b, a
+        g.collect()
+        a.x = cupy.empty(8 * MiB // 4)
+        del a, b
+        peak = max(peak, g.usage()[0] - keep_live * 8 * MiB)
+    wall = time.perf_counter() - t0
+    del keep, held
+    return peak / (8 * MiB), wall, g.raw_stats()["python"]
+
+
+def auto_refreezes_a_grown_heap():
+    # The first whole-heap minor over the grown heap costs ~100x a young one
+    # and finds ~nothing: its survivors are frozen, the whole-heap cost is
+    # measured again at once, and the minors stay whole-heap (<= 2x). Fails
+    # with refreeze=0 and with the cost not re-learned after the freeze: both
+    # keep young minors, which hold every promoted owner's array until the
+    # 256 MiB host capacity runs out.
+    ratio, wall, py = grown_heap_loop()
+    rf, gens = py["refreeze"], py["requested_gen"]
+    expect(rf["done"] == 1 and rf["objects"] >= 300000 and rf["live_bytes"] <= 8 * MiB, rf)
+    expect(ratio <= 2 and gens[2] >= 190, f"peak live {ratio:.0f}x, gens {gens}, {wall:.2f} s, {rf}")
+    expect(wall < 2.0, f"{wall:.2f} s for 200 whole-heap minors over a frozen heap")
+
+
+def refreeze_after_the_programs_collection():
+    # A qualifying whole-heap collection that is not the policy's (the
+    # program's gc.collect() after the heap grew) makes the next minor a
+    # whole-heap one, where the rule runs: frozen at the first iteration.
+    ratio, wall, py = grown_heap_loop(program_collects=True, iters=3)
+    expect(py["refreeze"]["done"] == 1 and py["requested_gen"][2] >= 1, (py["refreeze"], py["requested_gen"]))
+
+
+def refreeze_bounded():
+    # (d): with 48 MiB live (> 512 MiB / 32) nothing is frozen, whatever the
+    # heap: those blocks could be pinned. (c): a heap of garbage is freed by
+    # the collection, not frozen (one decline). Fails with either check
+    # removed (done == 1).
+    _, _, py = grown_heap_loop(keep_live=6, iters=20)
+    expect(py["refreeze"]["done"] == 0 and py["refreeze"]["objects"] == 0, py["refreeze"])
+    expect(gc.get_freeze_count() < 100000, f"frozen {gc.get_freeze_count()}")
+
+
+def refreeze_skips_garbage():
+    _, _, py = grown_heap_loop(garbage_heap=True, iters=20)
+    expect(py["refreeze"]["done"] == 0, py["refreeze"])
 
 
 def pressure_policy_holds_slow_cycles_at_2x():
@@ -261,5 +328,7 @@ if __name__ == "__main__":
     py = {f"{n}_py": f for n, f in list(cases.items())}
     # The collector's choice of generation (Note [Choosing the minor's generation]): once, with the C malloc.
     choice = {f.__name__: f for f in (auto_minors_are_whole_over_a_frozen_heap, auto_minors_stay_young_over_a_large_heap,
-                                      pressure_policy_holds_slow_cycles_at_2x)}
+                                      pressure_policy_holds_slow_cycles_at_2x, auto_refreezes_a_grown_heap,
+                                      refreeze_after_the_programs_collection, refreeze_bounded,
+                                      refreeze_skips_garbage)}
     main({**cases, **py, **choice}, {n: {"GCP_CUPY_NATIVE": "0"} for n in py})
