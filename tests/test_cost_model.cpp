@@ -86,6 +86,26 @@ TEST(CostModel, FewSamplesAreAFixedCost) {
   EXPECT_NEAR(a, 90e-6, 5e-6);
 }
 
+TEST(CostModel, OneSlowCollectionIsNotTheCost) {
+  // Note [One slow collection is not the cost]: seven 1 ms minors and one
+  // preempted at 9 ms: the cost is 1 ms, not the mean's 2 ms; with a slope,
+  // one 10x sample does not bend it.
+  gcpressure::detail::cost_model m;
+  m.add(0, 1.0);  // skipped
+  for (int i = 0; i < 8; ++i) m.add((4 + i) * kMiB, i == 3 ? 9e-3 : 1e-3);
+  EXPECT_NEAR(m.predict(1 * kMiB), 1e-3, 1e-9);
+  EXPECT_NEAR(m.predict(10 * kMiB), 1e-3, 1e-9);
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> jitter(0.9, 1.1);
+  const auto truth = [](double x) { return 2e-3 + 0.5e-3 * x / kMiB; };
+  auto line = feed(rng, 15, 4, 64, [&](double x) { return truth(x) * jitter(rng); });
+  line.add(8 * kMiB, 10 * truth(8 * kMiB));
+  double a = 0, b = 0;
+  line.fit(&a, &b);
+  EXPECT_NEAR(b * kMiB, 0.5e-3, 0.1e-3);
+  EXPECT_NEAR(line.predict(8 * kMiB), truth(8 * kMiB), 0.2 * truth(8 * kMiB));
+}
+
 TEST(CostModel, ADecreasingFitIsAFixedCost) {
   // Bigger young sets that happened to collect faster (a warm cache): a
   // negative slope explains nothing about the cost of more young bytes.

@@ -45,13 +45,32 @@ class cost_model {
   // pays for what collections really take, jitter included (the cheapest
   // sample instead made Boehm's 12 ms minors look ~30% cheaper on the H200:
   // twice the minors and twice the exposed GC time).
+  //
+  // Note [One slow collection is not the cost]
+  // A collection the machine preempted (a loaded CI core, the first minors
+  // after a large host heap was built) can take 5-25x the others. In the mean
+  // of 16 it priced every later minor for 16 collections (Node on the host
+  // backend: one 1.93 ms minor among 0.34 ms ones made the fit price a 10 MiB
+  // minor at 8.7 ms, so the next one waited for 10 MiB: 6x the oracle's
+  // peak; thread_c2_64 in the Python package went to the soft limit in 3-4
+  // of 8-10 runs). So samples over 3x the samples' median are left out of
+  // the mean and the fit: jitter stays priced, a lone outlier does not.
   void fit(double* a, double* b) const {
     *a = ema_;
     *b = 0;
     if (samples_.empty()) return;
-    const double n = static_cast<double>(samples_.size());
+    std::vector<double> ys;
+    ys.reserve(samples_.size());
+    for (const auto& s : samples_) ys.push_back(s.second);
+    std::nth_element(ys.begin(), ys.begin() + static_cast<std::ptrdiff_t>(ys.size() / 2), ys.end());
+    const double cap = 3 * ys[ys.size() / 2];
+    std::vector<std::pair<double, double>> kept;
+    kept.reserve(samples_.size());
+    for (const auto& s : samples_)
+      if (s.second <= cap) kept.push_back(s);
+    const double n = static_cast<double>(kept.size());
     double sx = 0, sy = 0, sxx = 0, sxy = 0;
-    for (const auto& [x, y] : samples_) {
+    for (const auto& [x, y] : kept) {
       sx += x;
       sy += y;
       sxx += x * x;
@@ -59,12 +78,12 @@ class cost_model {
     }
     *a = sy / n;
     const double den = n * sxx - sx * sx;
-    if (samples_.size() < k_min_fit || den <= 1e-9 * n * sxx) return;
+    if (kept.size() < k_min_fit || den <= 1e-9 * n * sxx) return;
     const double slope = (n * sxy - sx * sy) / den;
     if (slope <= 0) return;
     const double intercept = (sy - slope * sx) / n;
     double ss_tot = 0, ss_res = 0;
-    for (const auto& [x, y] : samples_) {
+    for (const auto& [x, y] : kept) {
       ss_tot += (y - sy / n) * (y - sy / n);
       ss_res += (y - intercept - slope * x) * (y - intercept - slope * x);
     }

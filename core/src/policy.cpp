@@ -406,6 +406,10 @@ void gc_policy::synchronize(stream_ref stream, device_allocator* on) {
       }
       std::lock_guard<std::mutex> s(stats_mu_);
       stats_.sync_wait_seconds += now() - t1;
+    } else {
+      std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
+      if (lk.owns_lock()) at_idle_sync(dev);
+      probe.rethrow();
     }
   }
   {

@@ -227,6 +227,10 @@ class gc_policy : public allocation_hook {
   // while the device stays busy (Note [Exposed GC time]).
   // `on`: the device whose stream the host is about to wait for.
   virtual void before_block(device_allocator& on, const std::function<bool()>& device_busy);
+  // Called by synchronize() instead when the device was already done (with
+  // the collection lock held): a quiet moment at which nothing is hidden.
+  // Default: nothing.
+  virtual void at_idle_sync(device_allocator& on) { (void)on; }
   // Called by synchronize() after the wait (without the collection lock):
   // the device `on` is done with everything queued before the call;
   // `waited`: it was still busy when the host called. Default: nothing.
