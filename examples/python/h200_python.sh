@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 22 on the GPU machine in one command, under 5 minutes: the
+# Issue 22 on the GPU machine in one command, under 3 minutes (63 s on 2026-12-03): the
 # gcpressure package's adaptors (CuPy, Numba, mixed PyTorch + CuPy through
 # DLPack), the costs that bound the peaks (probe_gc_cost.py), the CuPy and
 # Numba cycle variants under a 4 GiB limit with gcpressure's defaults, the
@@ -85,6 +85,11 @@ for fm in cupy:gcpressure cupy:own numba:gcpressure numba:own; do
     --reps "${REPS:-3}" --variants "$VARIANTS"
 done
 step pair_cupy "$PY" "$HERE/tests/bench_pair_cupy.py" --n 20000 --rounds 5
+# Where the pair's microseconds go in the library (Note [Where the microseconds go]; timing costs a few
+# clock reads per call, so its pair figures are not the ones to compare).
+STEP_ENV=(GCP_TORCH_PROFILE=1)
+step pair_cupy_profiled "$PY" "$HERE/tests/bench_pair_cupy.py" --n 20000 --rounds 3
+STEP_ENV=()
 # The control: freeze=False, whose auto minors are generational (the defaults before 22bb5a5;
 # Note [Choosing the minor's generation]).
 YOUNG='{"freeze": false}'
@@ -92,6 +97,10 @@ for fw in cupy numba; do
   step "cycles_${fw}_young" "$PY" "$HERE/tests/bench_cycles.py" --framework "$fw" --mode gcpressure \
     --reps "${REPS:-3}" --variants "$VARIANTS" --options "$YOUNG"
 done
+# The control for Note [Freezing again after the heap grew]: Numba with no re-freeze (today's defaults
+# before it: numba-cuda's compiler state keeps the minors generational).
+step cycles_numba_refreeze0 "$PY" "$HERE/tests/bench_cycles.py" --framework numba --mode gcpressure \
+  --reps "${REPS:-3}" --variants "$VARIANTS" --options '{"refreeze": 0}'
 for mm in default gcpressure.numba; do
   STEP_ENV=(); [ $mm = default ] || STEP_ENV=(NUMBA_CUDA_MEMORY_MANAGER=$mm GCPRESSURE_HARD_LIMIT=16GiB)
   TMO=50 step "numba_suite_${mm%%.*}" "$PY" "$HERE/tests/numba_suite.py" \

@@ -160,8 +160,11 @@ void* alloc_impl(size_t size, int device, void* stream, int client, bool nothrow
   std::string err;
   try {
     device_slot& s = slot(device);
-    if (s.capture_check == capture_check_mode::on ||
-        (s.capture_check == capture_check_mode::announced && graph_memory::active_captures().load() > 0)) {
+    // The legacy default stream (null) is never capturing (CUDA refuses a
+    // capture on it): CuPy's and Numba's allocations there skip the query.
+    if (stream != nullptr && (s.capture_check == capture_check_mode::on ||
+                              (s.capture_check == capture_check_mode::announced &&
+                               graph_memory::active_captures().load() > 0))) {
       // Note [Graph capture]: no hook, no GIL, no event
       std::uint64_t capture;
       {

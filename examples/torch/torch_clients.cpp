@@ -164,7 +164,7 @@ GCP_EXPORT PyObject* gcp_torch_alloc_owned(std::size_t size, int device, void* s
 // C calls into CuPy. It does what gcpressure/cupy.py's reference version
 // (malloc_py) does, in the same order: the current device
 // (cupy.cuda.device.get_device_id), zero bytes -> an empty UnownedMemory,
-// else CuPy's current stream (get_current_stream().ptr), the allocation on
+// else CuPy's current stream (get_current_stream(device).ptr), the allocation on
 // it, the owner capsule keeping the stream object, UnownedMemory(ptr, size,
 // owner, device), MemoryPointer(mem, 0); on failure the exception that the
 // Python `oom(nbytes, device)` returns (CuPy's OutOfMemoryError with the
@@ -199,12 +199,9 @@ void drop_binding(PyObject* capsule) {
 
 // UnownedMemory(addr, size, owner, device) -> MemoryPointer(mem, 0). Takes
 // nothing; returns a new reference or null with the Python error set.
-PyObject* cupy_pointer(const cupy_binding& b, PyObject* addr, std::size_t size, PyObject* owner, long device) {
-  PyObject* n = PyLong_FromSize_t(size);
-  PyObject* d = n ? PyLong_FromLong(device) : nullptr;
-  PyObject* args = d ? PyTuple_Pack(4, addr, n, owner, d) : nullptr;
-  Py_XDECREF(n);
-  Py_XDECREF(d);
+// `size` is the caller's nbytes object (an int): no new one per call.
+PyObject* cupy_pointer(const cupy_binding& b, PyObject* addr, PyObject* size, PyObject* owner, PyObject* device) {
+  PyObject* args = PyTuple_Pack(4, addr, size, owner, device);
   PyObject* mem = args ? PyObject_Call(b.unowned, args, nullptr) : nullptr;
   Py_XDECREF(args);
   if (!mem) return nullptr;
@@ -225,18 +222,11 @@ PyObject* raise_oom(const cupy_binding& b, std::size_t size, long device) {
   return nullptr;
 }
 
-PyObject* cupy_malloc(PyObject* self, PyObject* arg) {
-  auto* b = static_cast<cupy_binding*>(PyCapsule_GetPointer(self, k_binding_name));
-  if (!b) return nullptr;
-  const std::size_t size = PyLong_AsSize_t(arg);
-  if (size == static_cast<std::size_t>(-1) && PyErr_Occurred()) return nullptr;
-  PyObject* dev_obj = PyObject_CallNoArgs(b->get_device_id);
-  if (!dev_obj) return nullptr;
-  const long device = PyLong_AsLong(dev_obj);
-  Py_DECREF(dev_obj);
-  if (device == -1 && PyErr_Occurred()) return nullptr;
-  if (size == 0) return cupy_pointer(*b, b->zero, 0, Py_None, device);
-  PyObject* stream = PyObject_CallNoArgs(b->get_stream);
+// cupy_malloc's nonzero case. The device is passed to get_current_stream:
+// without it CuPy asks the runtime for the current device a second time
+// (stream.pyx, _ThreadLocal.get_current_stream).
+PyObject* allocate(const cupy_binding* b, std::size_t size, PyObject* arg, long device, PyObject* dev_obj) {
+  PyObject* stream = PyObject_CallFunctionObjArgs(b->get_stream, dev_obj, nullptr);
   PyObject* sp = stream ? PyObject_GetAttr(stream, b->ptr_name) : nullptr;
   void* s = sp ? PyLong_AsVoidPtr(sp) : nullptr;
   Py_XDECREF(sp);
@@ -252,10 +242,28 @@ PyObject* cupy_malloc(PyObject* self, PyObject* arg) {
   PyObject* owner = make_owner(p, size, static_cast<int>(device), s, b->client, stream);
   Py_DECREF(stream);
   PyObject* addr = owner ? PyLong_FromVoidPtr(p) : nullptr;
-  PyObject* mp = addr ? cupy_pointer(*b, addr, size, owner, device) : nullptr;
+  PyObject* mp = addr ? cupy_pointer(*b, addr, arg, owner, dev_obj) : nullptr;
   Py_XDECREF(addr);
   Py_XDECREF(owner);  // if anything failed, this frees the block
   if (!owner) PyErr_NoMemory();
+  return mp;
+}
+
+PyObject* cupy_malloc(PyObject* self, PyObject* arg) {
+  auto* b = static_cast<cupy_binding*>(PyCapsule_GetPointer(self, k_binding_name));
+  if (!b) return nullptr;
+  const std::size_t size = PyLong_AsSize_t(arg);
+  if (size == static_cast<std::size_t>(-1) && PyErr_Occurred()) return nullptr;
+  PyObject* dev_obj = PyObject_CallNoArgs(b->get_device_id);
+  if (!dev_obj) return nullptr;
+  const long device = PyLong_AsLong(dev_obj);
+  if (device == -1 && PyErr_Occurred()) {
+    Py_DECREF(dev_obj);
+    return nullptr;
+  }
+  PyObject* mp = size == 0 ? cupy_pointer(*b, b->zero, arg, Py_None, dev_obj)
+                           : allocate(b, size, arg, device, dev_obj);
+  Py_DECREF(dev_obj);
   return mp;
 }
 

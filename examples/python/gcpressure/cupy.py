@@ -85,7 +85,7 @@ def malloc_py(nbytes: int):
     dev = _get_device_id()
     if nbytes == 0:
         return _Pointer(_Unowned(0, 0, None, dev), 0)
-    stream = _get_stream()
+    stream = _get_stream(dev)  # the device given: CuPy would ask the runtime for it again
     r = _alloc_owned(nbytes, dev, stream.ptr, _client, stream)
     if r is None:
         raise _out_of_memory(nbytes, dev)

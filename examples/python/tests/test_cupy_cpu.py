@@ -72,6 +72,23 @@ def stream_kept_and_ordered():
     del y
 
 
+def capture_check_skips_the_null_stream():
+    # GCP_TORCH_PROFILE=1 (below): an allocation on the null stream (CuPy's
+    # and Numba's default) asks no capture question (CUDA captures no work on
+    # it); one on another stream does (Note [Graph capture]). Fails with the
+    # stream != nullptr test removed (2 capture checks, not 1).
+    cupy, g, L = setup()
+    checks = lambda: g.raw_stats()["profile"]["capture_check"]["calls"]  # noqa: E731
+    expect(g.raw_stats()["profile"]["enabled"], "GCP_TORCH_PROFILE=1")
+    c0 = checks()
+    x = cupy.empty(MiB // 4)
+    expect(checks() == c0, f"the null stream was asked about a capture ({checks() - c0})")
+    with cupy.cuda.Stream(L.c.gcp_torch_test_host_stream()):
+        y = cupy.empty(MiB // 4)
+    expect(checks() == c0 + 1, f"{checks() - c0} capture checks on a stream")
+    del x, y
+
+
 def cycles_collected():
     cupy, g, _ = setup()
     cycle_loop(lambda n: cupy.empty(n // 4))  # 8 MiB per iteration, 2.3 GiB through a 64 MiB limit
@@ -327,8 +344,10 @@ if __name__ == "__main__":
     # The Python reference (malloc_py) through the same cases.
     py = {f"{n}_py": f for n, f in list(cases.items())}
     # The collector's choice of generation (Note [Choosing the minor's generation]): once, with the C malloc.
+    cases["capture_check_skips_the_null_stream"] = capture_check_skips_the_null_stream
     choice = {f.__name__: f for f in (auto_minors_are_whole_over_a_frozen_heap, auto_minors_stay_young_over_a_large_heap,
                                       pressure_policy_holds_slow_cycles_at_2x, auto_refreezes_a_grown_heap,
                                       refreeze_after_the_programs_collection, refreeze_bounded,
                                       refreeze_skips_garbage)}
-    main({**cases, **py, **choice}, {n: {"GCP_CUPY_NATIVE": "0"} for n in py})
+    main({**cases, **py, **choice}, {**{n: {"GCP_CUPY_NATIVE": "0"} for n in py},
+                                     **{n: {"GCP_TORCH_PROFILE": "1"} for n in cases if n.startswith("capture_check")}})
