@@ -102,6 +102,8 @@ struct device_state {
   double rate_bytes = 0, rate_seconds = 0;  // Note [The allocation rate is per wall second]
   std::size_t live_after = 0, old = 0, floor = 0;  // Note [Generations of device bytes]
   double stretch = 0;            // Note [Quiet moments]: bytes per stretch between hints
+  double last_hint_at = 0;       // Note [The allocation rate is per wall second]
+  std::uint64_t hints_seen = 0;
   std::size_t young_at_quiet = 0, collected_since_quiet = 0;
   std::size_t backoff = 0;       // Note [No collection storms]
   double futile = 1;             // Note [Collections that find nothing]: the threshold's stretch
@@ -339,8 +341,9 @@ class pressure_policy final : public gc_policy {
     syncs_at_quiet_ = syncs;
 
     bool minor = false, step = false, on_guess = false;
+    const double t_hint = now();
     for (std::size_t i = 0; i < device_count(); ++i) {
-      learn_stretch(i);
+      learn_stretch(i, t_hint);
       const detail::pressure_snapshot snap = snapshot(i, pressure_event::hint, 0);
       const detail::pressure_decision dec = detail::decide(snap, tuning_);
       if (opts_.verbose && dec.action == pressure_action::minor)
@@ -526,13 +529,38 @@ class pressure_policy final : public gc_policy {
   }
 
   // Note [Quiet moments]: the young bytes allocated between two hints.
-  void learn_stretch(std::size_t i) {
+  void learn_stretch(std::size_t i, double t) {
     device_state& d = dev_[i];
     const std::size_t young = young_of(i);
     const std::size_t total = young + d.collected_since_quiet;
-    d.stretch = smooth(d.stretch, static_cast<double>(total > d.young_at_quiet ? total - d.young_at_quiet : 0));
+    const double bytes = static_cast<double>(total > d.young_at_quiet ? total - d.young_at_quiet : 0);
+    d.stretch = smooth(d.stretch, bytes);
     d.young_at_quiet = young;
     d.collected_since_quiet = 0;
+    learn_rate_at_hint(d, bytes, t);
+  }
+
+  // Note [The allocation rate is per wall second], in a loop that gives
+  // hints: each stretch between two hints is a sample (bytes over its wall
+  // seconds), and collections teach the rate no more. What came before the
+  // first hint (a model built, data loaded: the minors then saw 0.5-0.8
+  // GiB/s on the H200 against the loop's 46) is dropped at the second: the
+  // rate is then the first iteration's, where it stayed the set-up's for
+  // about a second and made the first minors of a loop at a 1 GiB host heap
+  // come at 1.1, 2.5 and 6 GiB of young bytes instead of ~18 (each 20-28 ms,
+  // exposed).
+  void learn_rate_at_hint(device_state& d, double bytes, double t) {
+    if (d.last_hint_at > 0) {
+      const double interval = t - d.last_hint_at;
+      if (interval > 0) {
+        const double keep = d.hints_seen == 1 ? 0.0 : std::exp(-interval / tuning_.rate_horizon_seconds);
+        d.rate_bytes = keep * d.rate_bytes + bytes;
+        d.rate_seconds = keep * d.rate_seconds + interval;
+        d.rate = d.rate_bytes / d.rate_seconds;
+      }
+    }
+    d.last_hint_at = t;
+    ++d.hints_seen;
   }
 
   // Note [The allocation rate is per wall second]
@@ -550,6 +578,7 @@ class pressure_policy final : public gc_policy {
   void learn_rate(const outcome& o) {
     const double interval = now() - last_end_ - o.seconds;
     last_end_ = now();
+    if (dev_[0].hints_seen > 1) return;  // hints teach it (learn_rate_at_hint)
     // The first interval starts when the policy was made, before whatever
     // the program did until it allocated (a host heap built, a model
     // loaded): on the H200 it held the rate at 2-28 GiB/s for a second
