@@ -193,12 +193,14 @@ class device_heap {
   // to wait for the device (for runtimes that cannot route their syncs
   // through synchronize()).
   // Each hint first clears the stack below the caller's frame (Note [Stale
-  // stack words], device_heap.cpp).
-  void quiet_moment(bool will_block = false) {
+  // stack words], device_heap.cpp): inlined always, also at -O0, so that no
+  // frame of its own lies over the words it clears (under ASan at -O0 the
+  // frame of an outlined iteration() kept them).
+  [[gnu::always_inline]] void quiet_moment(bool will_block = false) {
     clear_stale_stack();
     policy().quiet_moment(will_block);
   }
-  void iteration() {
+  [[gnu::always_inline]] void iteration() {
     clear_stale_stack();
     policy().iteration();
   }
@@ -206,13 +208,13 @@ class device_heap {
   // collection work runs while that work still runs, then this blocks until
   // it has completed (gc_policy::synchronize). Use it instead of the
   // runtime's own stream sync. Thread-safe; not from a finalizer.
-  void synchronize(stream_ref stream = nullptr) { synchronize(stream, 0); }
+  [[gnu::always_inline]] void synchronize(stream_ref stream = nullptr) { synchronize(stream, 0); }
   // The same for a stream of device `device`.
-  void synchronize(stream_ref stream, std::size_t device) {
+  [[gnu::always_inline]] void synchronize(stream_ref stream, std::size_t device) {
     clear_stale_stack();
     policy().synchronize(stream, &allocator(device));
   }
-  void collect(gc_kind k) {
+  [[gnu::always_inline]] void collect(gc_kind k) {
     clear_stale_stack();
     policy().collect(k);
   }
