@@ -114,10 +114,30 @@ def locate(mod: str):
     return None
 
 
+def run_until_term(suite, out):
+    """Runs `suite`; a SIGTERM (timeout(1), numba_suites.py's per-module
+    limit) stops it between tests' lines and the counts so far are still
+    reported, with `interrupted` set: a module stopped at its limit says
+    what it ran instead of nothing."""
+    import signal
+
+    def on_term(*_):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, on_term)
+    r = unittest.TextTestRunner(stream=sys.stderr, verbosity=2)._makeResult()
+    try:
+        suite(r)
+    except KeyboardInterrupt:
+        out["interrupted"] = True
+    r.printErrors()  # every failure's traceback, in the module's .stderr
+    return r
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--modules", default=DEFAULT)
     ap.add_argument("--all-of", default="", help="every test_* module of these groups (e.g. cudadrv,cudapy)")
+    ap.add_argument("--list", action="store_true", help="print the modules found as one JSON line, run nothing")
     a = ap.parse_args()
     out = {"test": "numba_suite", "memory_manager": os.environ.get("NUMBA_CUDA_MEMORY_MANAGER", "default")}
     try:
@@ -138,6 +158,10 @@ def main() -> int:
                 mods += [f"{grp}.{m.name}" for m in pkgutil.iter_modules(spec.submodule_search_locations)
                          if m.name.startswith("test_")]
                 break
+    if a.list:
+        out["modules"] = [m for m in dict.fromkeys(mods) if locate(m) is not None]
+        print(json.dumps(out), flush=True)
+        return 0
     out["filecheck_stub"] = install_filecheck_stub()  # Note [A stand-in for filecheck]
     suite = unittest.TestSuite()
     out["missing"], out["import_errors"], out["modules"] = [], {}, []
@@ -156,11 +180,12 @@ def main() -> int:
         print(json.dumps(out), flush=True)
         return SKIP
     t0 = time.monotonic()
-    r = unittest.TextTestRunner(stream=sys.stderr, verbosity=1).run(suite)
+    r = run_until_term(suite, out)
     out.update(seconds=round(time.monotonic() - t0, 1), ran=r.testsRun, failures=len(r.failures),
                errors=len(r.errors), skipped_tests=len(r.skipped), expected_failures=len(r.expectedFailures),
                skipped_filecheck=sum(FILECHECK_STUB in str(why) for _, why in r.skipped),
-               failed_names=[str(t) for t, _ in r.failures + r.errors][:40])
+               failed_names=[str(t) for t, _ in r.failures + r.errors][:40],
+               failed_tails=[why[-600:] for _, why in (r.failures + r.errors)[:3]])
     if "NUMBA_CUDA_MEMORY_MANAGER" in os.environ:
         try:
             mm = type(cuda.current_context().memory_manager).__name__
@@ -168,7 +193,7 @@ def main() -> int:
         except Exception as e:  # noqa: BLE001
             out["manager_in_use"] = f"? {e}"
     print(json.dumps(out), flush=True)
-    return 0 if r.wasSuccessful() and not out["import_errors"] else 1
+    return 0 if r.wasSuccessful() and not out["import_errors"] and not out.get("interrupted") else 1
 
 
 if __name__ == "__main__":
