@@ -63,4 +63,7 @@ echo "suites: $(( $(date +%s) - T0 )) s" | tee -a "$OUT/summary.txt"
 exec 1>&- 2>&-
 wait "$TEE" 2>/dev/null
 (cd "$OUT" && tar czf suites-results.tar.gz --exclude suites-results.tar.gz . 2>/dev/null)
+# The device tool brings back a bounded number of files: on 2026-12-03 the tarball and the per-module
+# logs did not come back. KEEP_TREE=1 keeps the tree; by default only the tarball and the summaries stay.
+[ "${KEEP_TREE:-0}" = 1 ] || rm -rf "$OUT/numba" "$OUT"/opinfo_*.stderr
 ! grep -qv 'rc=0' <(grep ': rc=' "$OUT/summary.txt")

@@ -74,6 +74,23 @@ def _library() -> _plugin.Library:
     return _plugin.ensure("numba", backend=None if os.environ.get("GCPRESSURE_BACKEND") else "cuda_async")
 
 
+def _device_ordinal(context) -> int:
+    """The ordinal of a Numba context's device. Note [A third party's context]:
+    Numba's own contexts hold a Device (`.id`); a primary context a third party
+    made and Numba attached to (numba-cuda's Test3rdPartyContext) holds the
+    driver's raw CUdevice, which only converts with int(). Both work; anything
+    else is an error that says what it got."""
+    dev = context.device
+    ordinal = getattr(dev, "id", None)
+    if ordinal is None:
+        try:
+            ordinal = int(dev)
+        except (TypeError, ValueError):
+            raise GcpressureTorchError(
+                f"gcpressure.numba: cannot tell the device of context {context!r} (device {dev!r})") from None
+    return int(ordinal)
+
+
 class GcpressureNumbaManager(_driver.GetIpcHandleMixin, _driver.HostOnlyCUDAMemoryManager):
     """Numba's memory manager over gcpressure's pool (see the module
     docstring). One instance per context (Numba makes them)."""
@@ -82,7 +99,7 @@ class GcpressureNumbaManager(_driver.GetIpcHandleMixin, _driver.HostOnlyCUDAMemo
         lib = _library()
         self._alloc_owned = lib.alloc_owned
         self._client = lib.client_id("numba")
-        self._device = self.context.device.id
+        self._device = _device_ordinal(self.context)
 
     def memalloc(self, size: int):
         if not hasattr(self, "_alloc_owned"):

@@ -42,6 +42,30 @@ def memalloc_and_finalizer():
     expect(z.size == 0 and not z.is_managed and live(g)["allocations"] == 1, "zero bytes allocate nothing")
 
 
+def third_party_context():
+    # Note [A third party's context] (gcpressure/numba.py): a context whose
+    # device is the driver's raw CUdevice (int-like, no .id), as Numba makes
+    # when it attaches to a primary context someone else retained; the H200's
+    # numba-cuda suite failed 2 tests there with AttributeError before.
+    cuda, g = setup()
+    from numba.cuda.cudadrv import driver
+
+    class RawCUdevice:  # cuda.bindings.driver.CUdevice: int() and no .id
+        def __int__(self):
+            return 0
+
+    ctx = driver.Context(RawCUdevice())
+    p = ctx.memory_manager.memalloc(MiB)
+    expect(p.size == MiB and live(g)["live_bytes"] >= MiB, "allocated on device 0 through the raw device")
+    del p
+    try:
+        driver.Context(object())
+    except Exception as e:  # noqa: BLE001 - the message is what is tested
+        expect("cannot tell the device" in str(e), e)
+    else:
+        expect(False, "a device that is neither a Device nor int-like is an error")
+
+
 def reset_frees_all():
     cuda, g = setup()
     ctx = cuda.current_context()
@@ -168,4 +192,5 @@ if __name__ == "__main__":
     env = {"env_selected": {"NUMBA_CUDA_MEMORY_MANAGER": "gcpressure.numba", "GCPRESSURE_BACKEND": "host",
                             "GCPRESSURE_HARD_LIMIT": "32MiB", "GCPRESSURE_HOST_CAPACITY": "256MiB"}}
     main({f.__name__: f for f in (memalloc_and_finalizer, reset_frees_all, cycles_collected, control_runs_out,
-                                  env_selected, synchronize_hooks, defer_cleanup_frees_anyway, filecheck_stand_in)}, env)
+                                  env_selected, synchronize_hooks, defer_cleanup_frees_anyway, filecheck_stand_in,
+                                  third_party_context)}, env)
