@@ -9,7 +9,8 @@
 # Out ($OUT, default ./suites-results): numba_suites.json (per mode: ran/failures/errors/skipped, the
 # failing tests' names, import errors with their traceback, modules stopped at their limit or never
 # started), numba/<mode>/<module>.{json,stderr}, opinfo.jsonl + opinfo_*.stderr, summary.txt, log.txt,
-# suites-results.tar.gz (all of it). PROCS (12), MODULE_TIMEOUT (150 s), DEADLINE (300 s: no module
+# suites-results.tar.gz (all of it; the numba/ tree and opinfo_*.stderr are then deleted unless
+# KEEP_TREE=1: the device tool returns a bounded number of files). PROCS (12), MODULE_TIMEOUT (150 s), DEADLINE (300 s: no module
 # starts later, running ones are stopped then and report what they ran), OPINFO_SECONDS (45 per run,
 # three runs), HARD (340 s): timeout(1) of each of the two steps.
 set -uo pipefail
