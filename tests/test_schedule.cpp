@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <deque>
 #include <memory>
 #include <string>
@@ -156,22 +157,36 @@ TEST(SyncSchedule, MinorsThatFitInTheSlackRunEveryIterationHidden) {
 }
 
 // A minor longer than the slack exposes the rest; the closed-loop budget
-// spaces such collections so that exposed time stays within gc_budget.
+// spaces such collections so that the time the loop loses stays within
+// gc_budget. Note [Charging what the lag hid]: the budget is charged the
+// exposed part of each minor (12 - 4.45 ms), not the whole minor the probe
+// counts (an upper bound): the loop's true loss (its wall time over the
+// device's) is the budget, not two thirds of it, and the minors come
+// 12 / 7.55 times as often. With the whole minor charged: 14 minors, the
+// loss 3.8% of wall; with the exposed part: 18, 4.7%.
 TEST(SyncSchedule, ExposedTimeStaysWithinTheBudgetWhenMinorsExceedTheSlack) {
   gcp::policy_options po;
   po.gc_budget = 0.05;
   world w("pressure", 4096 * MiB, 3072 * MiB, po);
-  w.gc.minor_seconds = 12 * ms;  // vs 4.45 ms of slack: ~7.5 ms exposed per minor
+  w.gc.minor_seconds = 12 * ms;  // vs 4.45 ms of slack: ~7.55 ms exposed per minor
   loop_shape s;
   s.iterations = 600;
   run_loop(w, s);
   const auto g = w.stats();
   SCOPED_TRACE(gcp::to_text(w.alloc.stats()));
   const double wall = w.policy->wall_seconds();
-  EXPECT_GT(minors(g), 0u);
+  // The device was the bottleneck: it starts each iteration after the host's
+  // first step, then runs the arrays' work back to back.
+  const double device = s.iterations * (s.host_s + s.arrays * s.device_s);
+  const double lost = wall - device;
+  std::printf("minors %llu, wall %.4f s, lost %.4f s (%.2f%%), exposed (upper bound) %.2f%%\n",
+              static_cast<unsigned long long>(minors(g)), wall, lost, 100 * lost / wall,
+              100 * g.exposed_gc_seconds / wall);
   EXPECT_LT(minors(g), static_cast<std::uint64_t>(s.iterations / 4)) << "collected at nearly every sync";
-  // Each exposed minor is counted whole (the device finished inside it).
-  EXPECT_LE(g.exposed_gc_seconds / wall, po.gc_budget * 1.25);
+  EXPECT_LE(lost / wall, po.gc_budget * 1.1) << "the loop lost more than the budget";
+  EXPECT_GE(lost / wall, po.gc_budget * 0.85) << "the budget was charged for time the device hid";
+  // Each exposed minor is still reported whole (the device finished inside it).
+  EXPECT_NEAR(g.exposed_gc_seconds, static_cast<double>(minors(g)) * w.gc.minor_seconds, 1e-9);
   EXPECT_EQ(g.exposed_gc_seconds + g.hidden_gc_seconds, g.gc_seconds);
   EXPECT_EQ(w.alloc.stats().ooms, 0u);
 }
@@ -291,6 +306,32 @@ TEST(SyncSchedule, ASetUpBeforeTheFirstHintDoesNotSetTheLoopsRate) {
   const std::uint64_t plain = first_minors(false), after_set_up = first_minors(true);
   EXPECT_GT(plain, 0u);
   EXPECT_LE(after_set_up, plain + 1) << "without a set-up: " << plain;
+}
+
+// Note [Set-up minors teach the cost only]: the minors while a model is
+// built find nothing (its arrays are kept); they teach no yield, so the
+// first thresholds of the loop are not doubled: its peak over the weights
+// in its first 150 iterations (a few budget-spaced minors) is no more than
+// without the set-up.
+TEST(SyncSchedule, SetUpMinorsDoNotDoubleTheLoopsThreshold) {
+  const auto peak_over_weights = [](bool set_up) {
+    world w("pressure", 8192 * MiB, 6144 * MiB);
+    w.gc.minor_seconds = 12 * ms;
+    std::size_t weights = 0;
+    if (set_up)
+      for (int k = 0; k < 128; ++k, weights += 4 * MiB) {
+        w.clock.advance(16 * ms);
+        w.make(4 * MiB);
+      }
+    loop_shape s;
+    s.iterations = 150;
+    s.steady_from = 150;  // early_peak: all of it
+    run_loop(w, s);
+    return w.early_peak - weights;
+  };
+  const std::size_t plain = peak_over_weights(false), after = peak_over_weights(true);
+  std::printf("peak over the weights: %zu MiB after a set-up, %zu MiB without\n", after / MiB, plain / MiB);
+  EXPECT_LE(after, plain) << "the set-up's minors taught the loop a lower yield";
 }
 
 // Note [Idle syncs collect what is due]: a loop whose host computes itself
