@@ -29,9 +29,11 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <initializer_list>
 #include <new>
 #include <string>
 
@@ -69,8 +71,11 @@ struct owned_block {
 // The capsule's destructor: runs where the owner's last reference goes, with
 // the GIL (inside a collection, at interpreter shutdown, on any thread).
 // free_for never takes the collection lock and never calls Python.
+// The block is the capsule's context as well as its pointer (make_owner):
+// PyCapsule_GetContext checks the capsule without comparing its name, a
+// strcmp per free saved (this destructor is only ever given our capsules).
 void release_owned(PyObject* capsule) {
-  auto* b = static_cast<owned_block*>(PyCapsule_GetPointer(capsule, k_capsule_name));
+  auto* b = static_cast<owned_block*>(PyCapsule_GetContext(capsule));
   if (!b) {
     PyErr_Clear();
     return;
@@ -103,6 +108,7 @@ PyObject* make_owner(void* p, std::size_t size, int device, void* stream, int cl
     free_for(p, size, device, stream, client);
     return nullptr;
   }
+  PyCapsule_SetContext(cap, b);  // what release_owned reads (cannot fail: cap is a valid capsule)
   if (keep && keep != Py_None) {
     Py_INCREF(keep);
     b->keep = keep;
@@ -154,6 +160,65 @@ GCP_EXPORT PyObject* gcp_torch_alloc_owned(std::size_t size, int device, void* s
   return out;
 }
 
+// --- alloc_owned as a builtin ----------------------------------------------------------
+
+// Note [alloc_owned without ctypes]
+// gcpressure.cupy's malloc_py and gcpressure.numba's allocations call
+// alloc_owned(size, device, stream, client, keep) once per allocation.
+// Through ctypes (argtypes c_size_t, c_int, c_void_p, c_int, py_object) that
+// call converted every argument through its type's from_param and built a
+// ctypes call frame: about 8 000 instructions per call (callgrind, CPU
+// machine, 2026-12-06), four times the library's whole alloc + free. This builtin (METH_FASTCALL, no argument tuple) converts
+// the same arguments as the C API does and calls gcp_torch_alloc_owned: the
+// same results (the tuple, or None with last_error set), `stream` None or an
+// int as ctypes' c_void_p took it. Arguments of the wrong type raise
+// TypeError / OverflowError (ctypes raised ctypes.ArgumentError).
+
+namespace {
+
+PyObject* alloc_owned_builtin(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 5) {
+    PyErr_Format(PyExc_TypeError, "alloc_owned(size, device, stream, client, keep) takes 5 arguments (%zd given)",
+                 nargs);
+    return nullptr;
+  }
+  const std::size_t size = PyLong_AsSize_t(args[0]);
+  if (size == static_cast<std::size_t>(-1) && PyErr_Occurred()) return nullptr;
+  const long device = PyLong_AsLong(args[1]);
+  if (device == -1 && PyErr_Occurred()) return nullptr;
+  void* stream = nullptr;
+  if (args[2] != Py_None) {
+    stream = PyLong_AsVoidPtr(args[2]);
+    if (!stream && PyErr_Occurred()) return nullptr;
+  }
+  const long client = PyLong_AsLong(args[3]);
+  if (client == -1 && PyErr_Occurred()) return nullptr;
+  if (device < INT_MIN || device > INT_MAX || client < INT_MIN || client > INT_MAX) {
+    PyErr_SetString(PyExc_OverflowError, "alloc_owned: device or client out of range");
+    return nullptr;
+  }
+  return gcp_torch_alloc_owned(size, static_cast<int>(device), stream, static_cast<int>(client), args[4]);
+}
+
+PyMethodDef k_alloc_owned_def = {
+    "alloc_owned", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(alloc_owned_builtin)), METH_FASTCALL,
+    "alloc_owned(size, device, stream, client, keep) -> (ptr, owner) or None (Note [alloc_owned without ctypes] in "
+    "torch_clients.cpp)"};
+
+}  // namespace
+
+// The builtin of Note [alloc_owned without ctypes]; None (last_error says
+// why) if it could not be made. With the GIL (ctypes.PyDLL).
+GCP_EXPORT PyObject* gcp_torch_alloc_owned_builtin() {
+  PyObject* fn = PyCFunction_New(&k_alloc_owned_def, nullptr);
+  if (!fn) {
+    PyErr_Clear();
+    fail("gcp_torch_alloc_owned_builtin: could not make the function");
+    return none();
+  }
+  return fn;
+}
+
 // --- CuPy's allocator in C ------------------------------------------------------------
 
 // Note [A C allocator for CuPy]
@@ -183,10 +248,16 @@ struct cupy_binding {
   PyObject* ptr_name;  // "ptr", interned
   PyObject* zero;      // 0
   int client;
+  // Note [Reused argument tuples]: the two constructors' argument tuples,
+  // None-filled between calls; `args_busy` while one call uses them.
+  PyObject* mem_args = nullptr;  // (addr, size, owner, device) for UnownedMemory
+  PyObject* ptr_args = nullptr;  // (mem, 0) for MemoryPointer
+  bool args_busy = false;
 };
 
 void free_binding(cupy_binding* b) {
-  for (PyObject* o : {b->get_device_id, b->get_stream, b->unowned, b->pointer, b->oom, b->ptr_name, b->zero})
+  for (PyObject* o : {b->get_device_id, b->get_stream, b->unowned, b->pointer, b->oom, b->ptr_name, b->zero,
+                      b->mem_args, b->ptr_args})
     Py_XDECREF(o);
   delete b;
 }
@@ -197,18 +268,79 @@ void drop_binding(PyObject* capsule) {
   else PyErr_Clear();
 }
 
+// Note [Reused argument tuples]
+// A call of UnownedMemory or MemoryPointer (a type: CPython passes it a
+// tuple whatever the caller does) made a 4-tuple and a 2-tuple per
+// allocation and freed them after, two of the pair's few object
+// allocations (and two counts towards CPython's gen-0 threshold). The
+// binding keeps one of each and fills it per call: with the GIL, by one call
+// at a time (`args_busy`: a constructor that lets the GIL go or allocates
+// through CuPy again gets fresh tuples meanwhile), only while nobody else
+// holds it (reference count 1 after the call: a constructor that kept its
+// argument tuple keeps it, and the binding makes another), and None-filled
+// again right after the call, so the tuple never keeps the owner (the block)
+// or the memory object alive. What the constructors see is unchanged: a tuple
+// of the same objects.
+
+// Fills tuple `t` (reference count 1, ours) with `items`, taking new
+// references; PyTuple_SetItem drops what was there (None).
+void fill(PyObject* t, std::initializer_list<PyObject*> items) {
+  Py_ssize_t i = 0;
+  for (PyObject* o : items) {
+    Py_INCREF(o);
+    PyTuple_SetItem(t, i++, o);
+  }
+}
+
+// Calls `callable` with `items` through the reused tuple `*slot` (Note
+// [Reused argument tuples]) when `reuse`, else through a fresh one. Returns
+// a new reference or null with the Python error set.
+PyObject* call_with(PyObject* callable, PyObject** slot, bool reuse, std::initializer_list<PyObject*> items) {
+  const auto n = static_cast<Py_ssize_t>(items.size());
+  if (reuse && *slot && Py_REFCNT(*slot) != 1) Py_CLEAR(*slot);  // someone kept it: leave it to them
+  if (reuse && !*slot) {
+    *slot = PyTuple_New(n);
+    if (*slot) {
+      for (Py_ssize_t i = 0; i < n; ++i) {
+        Py_INCREF(Py_None);
+        PyTuple_SetItem(*slot, i, Py_None);
+      }
+    } else {
+      PyErr_Clear();
+    }
+  }
+  if (!reuse || !*slot) {
+    PyObject* args = PyTuple_New(n);
+    if (!args) return nullptr;
+    fill(args, items);
+    PyObject* r = PyObject_Call(callable, args, nullptr);
+    Py_DECREF(args);
+    return r;
+  }
+  PyObject* args = *slot;
+  fill(args, items);
+  PyObject* r = PyObject_Call(callable, args, nullptr);
+  if (Py_REFCNT(args) == 1) {
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      Py_INCREF(Py_None);
+      PyTuple_SetItem(args, i, Py_None);  // drops the call's objects now
+    }
+  } else {
+    Py_CLEAR(*slot);  // kept by the callee: its items stay with it
+  }
+  return r;
+}
+
 // UnownedMemory(addr, size, owner, device) -> MemoryPointer(mem, 0). Takes
 // nothing; returns a new reference or null with the Python error set.
 // `size` is the caller's nbytes object (an int): no new one per call.
-PyObject* cupy_pointer(const cupy_binding& b, PyObject* addr, PyObject* size, PyObject* owner, PyObject* device) {
-  PyObject* args = PyTuple_Pack(4, addr, size, owner, device);
-  PyObject* mem = args ? PyObject_Call(b.unowned, args, nullptr) : nullptr;
-  Py_XDECREF(args);
-  if (!mem) return nullptr;
-  PyObject* margs = PyTuple_Pack(2, mem, b.zero);
-  Py_DECREF(mem);
-  PyObject* mp = margs ? PyObject_Call(b.pointer, margs, nullptr) : nullptr;
-  Py_XDECREF(margs);
+PyObject* cupy_pointer(cupy_binding& b, PyObject* addr, PyObject* size, PyObject* owner, PyObject* device) {
+  const bool reuse = !b.args_busy;
+  b.args_busy = true;
+  PyObject* mem = call_with(b.unowned, &b.mem_args, reuse, {addr, size, owner, device});
+  PyObject* mp = mem ? call_with(b.pointer, &b.ptr_args, reuse, {mem, b.zero}) : nullptr;
+  Py_XDECREF(mem);
+  if (reuse) b.args_busy = false;
   return mp;
 }
 
@@ -225,7 +357,7 @@ PyObject* raise_oom(const cupy_binding& b, std::size_t size, long device) {
 // cupy_malloc's nonzero case. The device is passed to get_current_stream:
 // without it CuPy asks the runtime for the current device a second time
 // (stream.pyx, _ThreadLocal.get_current_stream).
-PyObject* allocate(const cupy_binding* b, std::size_t size, PyObject* arg, long device, PyObject* dev_obj) {
+PyObject* allocate(cupy_binding* b, std::size_t size, PyObject* arg, long device, PyObject* dev_obj) {
   PyObject* stream = PyObject_CallFunctionObjArgs(b->get_stream, dev_obj, nullptr);
   PyObject* sp = stream ? PyObject_GetAttr(stream, b->ptr_name) : nullptr;
   void* s = sp ? PyLong_AsVoidPtr(sp) : nullptr;
@@ -250,8 +382,12 @@ PyObject* allocate(const cupy_binding* b, std::size_t size, PyObject* arg, long 
 }
 
 PyObject* cupy_malloc(PyObject* self, PyObject* arg) {
-  auto* b = static_cast<cupy_binding*>(PyCapsule_GetPointer(self, k_binding_name));
-  if (!b) return nullptr;
+  // The binding is the capsule's context too: no strcmp of its name per call.
+  auto* b = static_cast<cupy_binding*>(PyCapsule_GetContext(self));
+  if (!b) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "gcpressure.cupy: malloc has no binding");
+    return nullptr;
+  }
   const std::size_t size = PyLong_AsSize_t(arg);
   if (size == static_cast<std::size_t>(-1) && PyErr_Occurred()) return nullptr;
   PyObject* dev_obj = PyObject_CallNoArgs(b->get_device_id);
@@ -292,6 +428,7 @@ GCP_EXPORT PyObject* gcp_torch_cupy_allocator(PyObject* get_device_id, PyObject*
   auto* b = new (std::nothrow) cupy_binding{get_device_id, get_stream, unowned, pointer, oom,
                                             PyUnicode_InternFromString("ptr"), PyLong_FromLong(0), client};
   PyObject* self = b && b->ptr_name && b->zero ? PyCapsule_New(b, k_binding_name, drop_binding) : nullptr;
+  if (self) PyCapsule_SetContext(self, b);  // what cupy_malloc reads
   if (!self) {
     PyErr_Clear();
     if (b) {

@@ -13,8 +13,9 @@ it), or this checkout's newest build*/examples/torch/libgcpressure_torch.so.
 Threads and the GIL: see Note [GIL and the collection lock] in
 torch_python.cpp. Calls that may collect (collect, iteration, quiet_moment,
 trim, synchronize) go through ctypes.CDLL, which releases the GIL; attach,
-shutdown and alloc_owned go through ctypes.PyDLL (they need it); stats,
-usage, limits never collect.
+shutdown and alloc_owned go through ctypes.PyDLL (they need it; alloc_owned
+is the library's builtin where it has one, called with the GIL as well);
+stats, usage, limits never collect.
 """
 from __future__ import annotations
 
@@ -136,6 +137,14 @@ class Library:
         self.py.gcp_torch_alloc_owned.argtypes = [ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
                                                   ctypes.py_object]
         self.alloc_owned = self.py.gcp_torch_alloc_owned
+        # The same function as a builtin (no per-call ctypes conversion: Note
+        # [alloc_owned without ctypes] in torch_clients.cpp), where the library has it.
+        if hasattr(self.py, "gcp_torch_alloc_owned_builtin"):
+            self.py.gcp_torch_alloc_owned_builtin.restype = ctypes.py_object
+            self.py.gcp_torch_alloc_owned_builtin.argtypes = []
+            fn = self.py.gcp_torch_alloc_owned_builtin()
+            if fn is not None:
+                self.alloc_owned = fn
         self.py.gcp_torch_cupy_allocator.restype = ctypes.py_object
         self.py.gcp_torch_cupy_allocator.argtypes = [ctypes.py_object] * 5 + [ctypes.c_int]
 

@@ -279,6 +279,34 @@ def control_runs_out():
     raise AssertionError("the control did not run out of memory")
 
 
+def nested_allocation_in_the_constructor():
+    # Note [Reused argument tuples] (torch_clients.cpp): a constructor that
+    # allocates through CuPy again while the outer call uses the binding's
+    # argument tuples. Both blocks are distinct and live, then both go back.
+    import cupy
+    base, depth = cupy.cuda.UnownedMemory, [0]
+
+    class Nesting(base):
+        def __init__(self, ptr, size, owner, device_id=-1):
+            super().__init__(ptr, size, owner, device_id)
+            if depth[0] == 0:
+                depth[0] += 1
+                self.inner = cupy.cuda.alloc(MiB)
+                depth[0] -= 1
+
+    cupy.cuda.UnownedMemory = Nesting  # what install() binds
+    cupy, g, _ = setup()
+    a = cupy.cuda.alloc(2 * MiB)
+    inner = a.mem.inner
+    expect(a.mem.size == 2 * MiB and inner.mem.size == MiB and inner.ptr != a.ptr, "two blocks")
+    expect(type(a.mem._owner).__name__ == "PyCapsule" and a.mem._owner is not inner.mem._owner, "two owners")
+    expect(live(g)["live_bytes"] == 3 * MiB, live(g))
+    b = cupy.cuda.alloc(2 * MiB)  # after the nested call: the outer call's tuples are free again
+    expect(live(g)["live_bytes"] == 6 * MiB, live(g))
+    del a, b, inner
+    expect(live(g)["live_bytes"] == 0 and live(g)["frees"] == 4, f"every block went back: {live(g)}")
+
+
 def zero_size_and_errors():
     cupy, g, L = setup()
     z = cupy.empty(0)
@@ -286,6 +314,9 @@ def zero_size_and_errors():
     expect(live(g) == {}, "zero bytes allocate nothing")
     expect(L.alloc_owned(MiB, 0, None, 99, None) is None and "unknown framework" in L.last_error(), "bad index")
     expect(L.alloc_owned(0, 0, None, 1, None) is None and "zero-byte" in L.last_error(), "zero through the library")
+    # Note [alloc_owned without ctypes]: the library's builtin, not a ctypes function.
+    expect(type(L.alloc_owned).__name__ == "builtin_function_or_method", f"alloc_owned is {L.alloc_owned!r}")
+    raises(TypeError, L.alloc_owned, MiB, 0)
     e = raises(g.GcpressureTorchError, g.install, hard_limit="1GiB", cupy=cupy, backend="host")
     expect("already installed" in str(e), e)
     big = raises(cupy.cuda.memory.OutOfMemoryError, cupy.empty, 65 * MiB // 4)
@@ -340,6 +371,7 @@ def threads():
 if __name__ == "__main__":
     cases = {f.__name__: f for f in (owner_returns_block, stream_kept_and_ordered, cycles_collected, control_runs_out,
                                      zero_size_and_errors, synchronize_hint, threads,
+                                     nested_allocation_in_the_constructor,
                                      whole_heap_minors_keep_cycles_at_2x, generational_minors_miss_the_promoted_owner)}
     # The Python reference (malloc_py) through the same cases.
     py = {f"{n}_py": f for n, f in list(cases.items())}
