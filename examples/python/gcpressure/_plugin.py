@@ -276,8 +276,9 @@ def configure(soft_limit=None, hard_limit=None, policy: str | None = "pressure",
         main = 1 if threading.current_thread() is threading.main_thread() else 0
         L.check(L.py.gcp_torch_attach_python(main), "gcp_torch_attach_python")
         atexit.register(_shutdown, L)
-        if freeze:
-            gc.collect()  # timed by the hook: what a whole-heap minor costs now (Note [Choosing the minor's generation])
+        if freeze:  # timed by the hook: what a whole-heap minor costs now (Note [Choosing the minor's generation]),
+            gc.collect()  # twice: the first runs on cold caches (Note [A cold first sample], torch_python.cpp)
+            gc.collect()
         _lib = L
         _config.update(dict(soft_limit=soft_limit, hard_limit=hard_limit, policy=policy, budget=budget,
                             backend=backend or json.loads(L.stats_json())["settings"]["backend"],

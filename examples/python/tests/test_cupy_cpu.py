@@ -144,7 +144,7 @@ def auto_minors_are_whole_over_a_frozen_heap():
     py = g.raw_stats()["python"]
     expect(ratio <= 2, f"defaults: peak live {ratio:.0f}x one iteration's array (gens {py['requested_gen']})")
     expect(gc.get_freeze_count() > 0 and py["cost_whole_us"] > 0, f"frozen {gc.get_freeze_count()}, {py}")
-    expect(py["requested_gen"][0] == py["requested_gen"][1] == 0, py["requested_gen"])
+    expect(py["requested_gen"][0] == py["requested_gen"][1] == 0, py)
 
 
 def auto_minors_stay_young_over_a_large_heap():
