@@ -381,7 +381,12 @@ TEST(SyncSchedule, PromotedGarbageIsReclaimedByCyclesInDeviceTime) {
 // The first version's symptom: minors promote garbage and the young budget
 // grew with it, so no whole-heap cycle ever started and the footprint
 // climbed. Without syncs, with a 10% promotion per minor, the live bytes at
-// the end must be near the truth, not a multiple of it.
+// the end must be near the truth, not a multiple of it. Note [Promoted
+// garbage without slack]: the loop gives hints and never syncs, its minors
+// run at hints, and a cycle is worth it against their threshold, not the
+// allocation's (the headroom, in a loop that gives hints): 4.6x the live
+// arrays, 93 cycles; against the headroom, cycles waited for 1.5 GiB of
+// suspected garbage: 18.2x, 14 cycles.
 TEST(AllocSchedule, ConservativelyPromotedGarbageDoesNotClimb) {
   world w("pressure", 4096 * MiB, 3072 * MiB);
   w.gc.minor_seconds = 0.5 * ms;
@@ -395,12 +400,13 @@ TEST(AllocSchedule, ConservativelyPromotedGarbageDoesNotClimb) {
   const auto g = w.stats();
   SCOPED_TRACE(gcp::to_text(w.alloc.stats()));
   EXPECT_GT(cycles(g), 0u);
-  // The second half's peak is the first half's: a plateau (measured 18.2x
-  // the live arrays, the same at 800, 1600 and 3200 iterations), where a
+  // The second half's peak is the first half's: a plateau, where a
   // climbing footprint grows with the run.
   EXPECT_LE(w.steady_peak, w.early_peak) << "footprint climbed";
   const std::size_t truth = 3 * 32 * MiB;
-  EXPECT_LE(w.peak_live, 20 * truth);
+  EXPECT_LE(w.peak_live, 6 * truth) << cycles(g) << " whole-heap cycles";
+  // Paid for within the budget (exposed: the probe's upper bound).
+  EXPECT_LE(g.exposed_gc_seconds / w.policy->wall_seconds(), 0.05 * 1.1);
 }
 
 // Note [No collection storms]: one step holds 60% of the hard limit, then
