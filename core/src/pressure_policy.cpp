@@ -753,8 +753,9 @@ class pressure_policy final : public gc_policy {
       // headroom (Note [Allocations wait for the hint]): its promoted garbage
       // waited for a whole-heap cycle until the soft limit was near (on the
       // fake clock, lifetime-2 arrays: cycles at 1.5 GiB of suspected
-      // garbage, 18.2x the live arrays; on the H200, zero cycles in 300
-      // iterations under a 52 GiB soft limit, 17x the oracle's peak).
+      // garbage, 18.2x the live arrays; issue 20 reports zero cycles in 300
+      // iterations of such a loop on the H200 at 17x the oracle's peak under
+      // a 52 GiB soft limit: this mechanism, not rerun there).
       const pressure_event at = sync_count() > 0 ? pressure_event::sync
                                 : d.stretch > 0  ? pressure_event::hint
                                                  : pressure_event::allocation;
