@@ -73,6 +73,7 @@
 #include <atomic>
 #include <cstdio>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "cost_model.hpp"
@@ -606,6 +607,7 @@ class pressure_policy final : public gc_policy {
     exposed_at_minor_start_ = charged_exposed();
     lag_at_minor_start_ = lag;
     minor_on_guess_ = on_guess;
+    minor_begun_ = true;
   }
 
   // Note [Charging what the lag hid]
@@ -622,6 +624,9 @@ class pressure_policy final : public gc_policy {
   // 50.1x the oracle's peak with the whole charge, 40.8x with this, at
   // 1.042x and 1.040x the oracle's time; bench/RESULTS.md).
   void charge_minor(const outcome& o) {
+    // A sliced minor finished by a cycle's steps had no begin_minor: its
+    // slices are charged as measured.
+    if (!std::exchange(minor_begun_, false)) return;
     const double measured = charged_exposed() - exposed_at_minor_start_;
     const double bound = std::max(0.0, o.seconds - lag_at_minor_start_);
     if (measured > bound) overcharge_ += measured - bound;
@@ -802,6 +807,7 @@ class pressure_policy final : public gc_policy {
   detail::cost_model minor_cost_;
   double exposed_at_minor_start_ = 0, lag_at_minor_start_ = 0;
   double overcharge_ = 0;  // Note [Charging what the lag hid]
+  bool minor_begun_ = false;  // begin_minor() set the two above for the minor in progress
   bool lag_guessed_ = false;        // the last snapshot's lag rests on the guess
   bool minor_on_guess_ = false;     // the minor in progress was taken on it
   bool lag_guess_refuted_ = false;  // Note [A guess before the first sync]
