@@ -125,6 +125,34 @@ TEST(ThreadCaches, AThreadsCacheReturnsAtItsExit) {
   EXPECT_EQ(c.frees, 101u);
 }
 
+// Note [Frees the caches never served] (pool_cache.cpp): a free naming a size
+// no cache serves looks in the shared table first; a block a cache holds,
+// freed with such a size, a shared block freed with a small size, a double
+// free and bytes 0 still find (or miss) the right table.
+TEST(ThreadCaches, FreesNamingTheWrongSideFindTheRightTable) {
+  gcp_test::misuse_capture misuse;
+  host_resource h(256 * MiB);
+  host_stream s;  // outlives the pool, which returns its segments on it
+  pool_resource pool(h);
+  void* small = pool.allocate(4096, s.ref());  // from this thread's cache
+  void* large = pool.allocate(MiB, s.ref());   // from the shared pool
+  EXPECT_EQ(pool.free_if_live(small, MiB, s.ref()), 4096u) << "a checked free with the wrong size frees nothing";
+  EXPECT_EQ(pool.free_if_live(large, 4096, s.ref()), MiB);
+  EXPECT_EQ(pool.counters().requested_stat.current, static_cast<std::int64_t>(MiB + 4096));
+  EXPECT_EQ(pool.free_if_live(large, MiB, s.ref()), MiB);
+  EXPECT_EQ(pool.free_if_live(large, MiB, s.ref()), 0u) << "a double free misses both tables";
+  EXPECT_EQ(pool.deallocate_sized(small, 2 * MiB, s.ref()), 4096u) << "an unchecked free frees it anyway";
+  EXPECT_EQ(misuse.count(), 1);
+  void* again = pool.allocate(MiB, s.ref());
+  EXPECT_EQ(pool.deallocate_sized(again, 0, s.ref()), MiB) << "bytes 0: the full search";
+  EXPECT_EQ(misuse.count(), 1);
+  const auto c = pool.counters();
+  EXPECT_EQ(c.requested_stat.current, 0);
+  EXPECT_EQ(c.blocks_stat.current, 0);
+  EXPECT_EQ(c.allocations, 3u);
+  EXPECT_EQ(c.frees, 3u);
+}
+
 // 8 threads, a stream each, mixed sizes (cached and shared), frees of each
 // other's blocks, an upstream that fails every 7th segment, and rounds in
 // which the main thread checks the totals after a drain and a trim while

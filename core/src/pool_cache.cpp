@@ -301,24 +301,42 @@ std::size_t pool_impl::free_from(thread_cache& tc, bool own, void* p, std::size_
   return had;
 }
 
+// Note [Frees the caches never served]
+// A free whose size no cache serves (over 128 KiB: 1 MiB arrays from CuPy,
+// issue 22; every free with caches off) looks in the shared table first,
+// under the pool lock alone: it used to take this thread's cache lock for a
+// lookup that could only miss (and to make this thread a cache it would
+// never use), ~130 of the 1 MiB pair's ~1 400 instructions (callgrind,
+// 2026-12-06). A pointer is in one table at a time, so the order changes
+// nothing but the cost; a miss (a wrong size given, bytes 0, a block moving
+// out of a retiring cache) takes the full search below.
 std::size_t pool_impl::free_any(void* p, std::size_t bytes, stream_ref stream, bool strict) noexcept {
+  bool found = false;
+  const auto from_shared = [&]() -> std::size_t {  // the shared table's lookup, under `mu`
+    std::lock_guard<std::mutex> lk(mu);
+    block* b = live.find(p);
+    found = b != nullptr;
+    if (!b) return 0;
+    if (strict && b->requested != bytes) return b->requested;
+    live.erase(p);
+    return free_shared(b, stream);
+  };
+  if (!caching || bytes > std::min(k_cache_max, opts.small_threshold)) {  // rounds to more: !cachable()
+    const std::size_t had = from_shared();
+    if (found) return had;
+  }
   thread_cache* mine = my_cache();
   // A block moves between tables only when a cache retires: a lookup that
   // raced with one looks again.
   for (int round = 0; round < 2; ++round) {
     const std::uint64_t seen = retirements.load(std::memory_order_acquire);
-    bool found = false;
     if (mine) {
       const std::size_t had = free_from(*mine, true, p, bytes, stream, strict, found);
       if (found) return had;
     }
     {
-      std::lock_guard<std::mutex> lk(mu);
-      if (block* b = live.find(p)) {
-        if (strict && b->requested != bytes) return b->requested;
-        live.erase(p);
-        return free_shared(b, stream);
-      }
+      const std::size_t had = from_shared();
+      if (found) return had;
     }
     {
       std::lock_guard<std::mutex> g(caches_mu);

@@ -175,6 +175,25 @@ struct pool_impl {
   device_resource& upstream;
   mutable std::mutex mu;
   std::unordered_map<stream_ref, stream_lists> lists;
+  // Note [The last stream's lists]: the entry of `lists` a shared alloc or
+  // free used last (null: none). An unordered_map's entries stay where they
+  // are until erased, so this is valid until an erase (forget_lists).
+  stream_ref lists_key = nullptr;
+  stream_lists* lists_at = nullptr;
+  stream_lists* find_lists(stream_ref owner) {
+    if (lists_at && lists_key == owner) return lists_at;
+    auto it = lists.find(owner);
+    if (it == lists.end()) return nullptr;
+    lists_key = owner;
+    return lists_at = &it->second;
+  }
+  stream_lists& lists_of(stream_ref owner) {  // lists[owner]
+    if (lists_at && lists_key == owner) return *lists_at;
+    stream_lists& l = lists[owner];
+    lists_key = owner;
+    return *(lists_at = &l);
+  }
+  void forget_lists() noexcept { lists_at = nullptr; }  // before any erase from `lists`
   ptr_table live;
   std::vector<segment*> segments;
   std::uint64_t seq = 1;
@@ -247,7 +266,7 @@ struct pool_impl {
   block* take_from(free_set& set, std::size_t size, std::uint64_t safe_below);
   block* find_free(std::size_t size, bool is_small, stream_ref stream);
   void insert_free(block* b);
-  void erase_free(block* b) { recycle(lists[b->owner].for_size(b->small).extract(b)); }
+  void erase_free(block* b) { recycle(lists_of(b->owner).for_size(b->small).extract(b)); }
   // Note [Segments near the limit]; `headroom`: the upstream's (SIZE_MAX: no limit).
   std::size_t segment_size(std::size_t rounded, std::size_t headroom) const;
   block* new_segment(std::size_t rounded, bool is_small, stream_ref stream);

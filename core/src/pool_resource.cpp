@@ -47,9 +47,8 @@ block* pool_impl::take_from(free_set& set, std::size_t size, std::uint64_t safe_
 }
 
 block* pool_impl::find_free(std::size_t size, bool is_small, stream_ref stream) {
-  auto own = lists.find(stream);
-  if (own != lists.end())
-    if (block* b = take_from(own->second.for_size(is_small), size, UINT64_MAX)) return b;
+  if (stream_lists* own = find_lists(stream))
+    if (block* b = take_from(own->for_size(is_small), size, UINT64_MAX)) return b;
   // Cross-stream: only blocks whose owner's event has completed.
   for (auto& [owner, s] : lists) {
     if (owner == stream || s.for_size(is_small).empty()) continue;
@@ -61,7 +60,7 @@ block* pool_impl::find_free(std::size_t size, bool is_small, stream_ref stream) 
 }
 
 void pool_impl::insert_free(block* b) {
-  free_set& set = lists[b->owner].for_size(b->small);
+  free_set& set = lists_of(b->owner).for_size(b->small);
   if (!spare_nodes.empty()) {
     free_set::node_type nh = std::move(spare_nodes.back());
     spare_nodes.pop_back();
@@ -210,6 +209,7 @@ std::size_t pool_impl::release_idle() noexcept {
     segments[i] = segments.back();
     segments.pop_back();
   }
+  forget_lists();
   for (auto it = lists.begin(); it != lists.end();) {
     if (it->second.empty() && !it->second.event_pending) it = lists.erase(it);
     else ++it;

@@ -176,6 +176,7 @@ void pool_resource::forget_stream(stream_ref stream) {
     const bool done = l.empty();
     if (done) {
       if (l.event_pending) s.ops().release(l.event);
+      s.forget_lists();
       s.lists.erase(it);
     }
     for (block* b : moved) s.insert_free(b);
