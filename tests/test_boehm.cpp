@@ -36,6 +36,7 @@
 // GC_invoke_finalizers; settle() polls (≤ 2 s) until the expected state
 // rather than assuming which thread got there first.
 #include "boehm_test_support.hpp"
+#include "reliability/survivors.hpp"
 
 #include <gc/gc_inline.h>  // GC_I_PTRFREE
 
@@ -45,6 +46,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 using namespace std::chrono_literals;
 using gcp_test::clear_stack;
@@ -134,11 +136,26 @@ TEST(Boehm, DroppedHandlesReturnDeviceMemory) {
 namespace {
 gb::buffer* volatile g_keep[16];
 
+// The handles unsafe_free_half dropped, hidden (malloc memory: holds nothing alive).
+std::vector<std::uintptr_t> g_dropped;
+
 [[gnu::noinline]] void unsafe_free_half(gb::device_heap& h, int n) {
   for (int i = 0; i < n; ++i) {
     gb::buffer* b = h.alloc(64 * 1024);
-    if (i % 2 == 0) h.unsafe_free(b);
+    if (i % 2 == 0)
+      h.unsafe_free(b);
+    else
+      g_dropped.push_back(~reinterpret_cast<std::uintptr_t>(b));
   }
+}
+
+// Dropped handles still live (never finalized), each checked in a frame of
+// its own (gcp_rel::inspect) so that no frame of the caller names one.
+[[gnu::noinline]] std::size_t still_live(const std::vector<std::uintptr_t>& hidden) {
+  std::size_t n = 0;
+  for (const std::uintptr_t x : hidden) n += gcp_rel::inspect(x).live ? 1 : 0;
+  clear_stack();
+  return n;
 }
 }  // namespace
 
@@ -173,18 +190,47 @@ TEST(Boehm, UnsafeFreeThenFinalizerNoDoubleFree) {
 
   // Many handles, half freed by hand; then all dropped and collected: each
   // block is freed exactly once.
+  //
+  // Exactly once, not necessarily by the collections: bdwgc may keep one
+  // dropped handle reachable (Note [Exact accounting under a conservative
+  // collector]). Measured at 590b7e5 (after fb3801c), 2 cores, one `yes` hog,
+  // Debug+ASan/UBSan: the old "every block freed by two full collections"
+  // failed 9 of 600 runs (Release 0 of 400). In all 18 instrumented failures
+  // one dropped handle of the last ~35 survived both collections and the 2 s
+  // settle: never finalized (pushed 99), marked by bdwgc, the first object
+  // of a heap block; in the 10 searched, its finalizer still registered, the
+  // finalization queue empty, and no word in any readable mapping (roots,
+  // thread stacks, write-protected heap pages, libgc's .bss) pointing at it
+  // besides bdwgc's unscanned block headers. Neither a collection from a
+  // fresh registered thread nor growing the heap (so not Note [bdwgc's mmap
+  // hint is a root]) nor zeroing the main thread's vector registers freed
+  // it; what holds it is not pinned down. Not the finalizer/drain race of
+  // fb3801c (that leaves a handle finalized with its block live). So the
+  // test checks what the library promises: a retained handle (at most one)
+  // is not finalized, its block is still allocated (no double free) and the
+  // heap's shutdown frees it (Note [Blocks still allocated at shutdown],
+  // device_heap.cpp). With this: 0 of 850 failed, 3 of them took that path.
+  g_dropped.clear();
+  g_dropped.reserve(100);
   unsafe_free_half(h, 200);
   clear_stack();  // its dead frame held the last (dropped) handle
   int fulls;
   collect_until_zero(h, fulls);
+  const std::size_t retained = still_live(g_dropped);
   const auto s = h.stats();
-  EXPECT_GT(fulls, 0) << "live " << s.requested.current;
+  EXPECT_EQ(g_dropped.size(), 100u);
+  EXPECT_LE(retained, 1u) << "dropped handles still live after two full collections";
+  EXPECT_EQ(s.requested.current, static_cast<std::int64_t>(retained * 64 * 1024));
   EXPECT_EQ(s.allocations, 201u);
-  EXPECT_EQ(s.frees, s.allocations);
+  EXPECT_EQ(s.frees + retained, s.allocations);
   EXPECT_EQ(s.misuse_errors, 0u) << "a finalizer freed a block that unsafe_free had freed";
-  // Only the 100 handles never freed by hand were finalized (the 101
+  // Only the handles never freed by hand were finalized (the 101
   // unsafe_free'd ones had their finalizers cancelled or made no-ops).
-  EXPECT_EQ(h.allocator().deferred().pushed(), 100u);
+  EXPECT_EQ(h.allocator().deferred().pushed() + retained, 100u);
+  if (retained != 0) std::printf("note: %zu dropped handle(s) retained by bdwgc; freed at shutdown\n", retained);
+  const auto freed_at_shutdown = gb::blocks_freed_at_shutdown();
+  h.shutdown();
+  EXPECT_EQ(gb::blocks_freed_at_shutdown() - freed_at_shutdown, retained);
 }
 
 // --- (c) use after heap shutdown -----------------------------------------------------
