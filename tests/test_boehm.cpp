@@ -88,6 +88,23 @@ gcp::allocator_options host_opts(std::size_t hard, std::size_t soft = 0) {
     if (out != 1) std::printf("note: device bytes back to zero after %d full collections\n", out); \
   } while (0)
 
+// After collect_until_zero: what two full collections left live must be one
+// block of `block` bytes at most, and the heap's shutdown frees it. bdwgc
+// may keep one dropped handle reachable (measured under ASan beside a CPU
+// hog: Boehm.UnsafeFreeThenFinalizerNoDoubleFree says what; in
+// BoehmPolicies.EveryPolicyLoopsWithoutFailures 4 of 25 such runs had one
+// 1 MiB handle left, 0 in Release). Shuts `h` down; returns the bytes it
+// found retained.
+std::size_t expect_reclaimed_at_shutdown(gb::device_heap& h, int fulls, std::size_t block) {
+  const std::size_t live = h.allocator().live_bytes();
+  EXPECT_TRUE(fulls > 0 || live <= block) << live << " bytes live after two full collections";
+  if (live != 0) std::printf("note: %zu bytes retained by bdwgc; freed at shutdown\n", live);
+  const auto before = gb::blocks_freed_at_shutdown();
+  h.shutdown();
+  EXPECT_EQ(gb::blocks_freed_at_shutdown() - before, live / block);
+  return live;
+}
+
 // Allocates `n` buffers of `bytes` and drops each at once, counting failures.
 [[gnu::noinline]] std::size_t alloc_and_drop(gb::device_heap& h, int n, std::size_t bytes, int iteration_every = 0) {
   std::size_t failures = 0;
@@ -123,12 +140,13 @@ TEST(Boehm, DroppedHandlesReturnDeviceMemory) {
   int fulls;
   collect_until_zero(h, fulls);
   s = h.stats();
-  EXPECT_GT(fulls, 0) << "device bytes still live after full collections: " << s.requested.current;
-  EXPECT_EQ(s.requested.current, 0);
-  EXPECT_EQ(s.active_blocks.current, 0);
-  EXPECT_EQ(s.frees, s.allocations);
+  const std::size_t pushed = h.allocator().deferred().pushed();
+  const std::size_t retained = expect_reclaimed_at_shutdown(h, fulls, 1 * MiB) / MiB;
+  EXPECT_EQ(s.requested.current, static_cast<std::int64_t>(retained * MiB));
+  EXPECT_EQ(s.active_blocks.current, static_cast<std::int64_t>(retained));
+  EXPECT_EQ(s.frees + retained, s.allocations);
   EXPECT_EQ(s.misuse_errors, 0u);
-  EXPECT_EQ(h.allocator().deferred().pushed(), 3200u);  // each block finalized exactly once
+  EXPECT_EQ(pushed + retained, 3200u);  // each block finalized exactly once (a retained one: not yet)
 }
 
 // --- (b) unsafe_free ---------------------------------------------------------------
@@ -741,8 +759,8 @@ TEST(BoehmPolicies, EveryPolicyLoopsWithoutFailures) {
     }
     int fulls;
     collect_until_zero(h, fulls);
-    EXPECT_GT(fulls, 0);
     EXPECT_EQ(h.stats().misuse_errors, 0u);
+    expect_reclaimed_at_shutdown(h, fulls, 1 * MiB);
   }
 }
 
