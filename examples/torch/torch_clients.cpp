@@ -33,7 +33,6 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <initializer_list>
 #include <new>
 #include <string>
 
@@ -248,16 +247,10 @@ struct cupy_binding {
   PyObject* ptr_name;  // "ptr", interned
   PyObject* zero;      // 0
   int client;
-  // Note [Reused argument tuples]: the two constructors' argument tuples,
-  // None-filled between calls; `args_busy` while one call uses them.
-  PyObject* mem_args = nullptr;  // (addr, size, owner, device) for UnownedMemory
-  PyObject* ptr_args = nullptr;  // (mem, 0) for MemoryPointer
-  bool args_busy = false;
 };
 
 void free_binding(cupy_binding* b) {
-  for (PyObject* o : {b->get_device_id, b->get_stream, b->unowned, b->pointer, b->oom, b->ptr_name, b->zero,
-                      b->mem_args, b->ptr_args})
+  for (PyObject* o : {b->get_device_id, b->get_stream, b->unowned, b->pointer, b->oom, b->ptr_name, b->zero})
     Py_XDECREF(o);
   delete b;
 }
@@ -268,79 +261,18 @@ void drop_binding(PyObject* capsule) {
   else PyErr_Clear();
 }
 
-// Note [Reused argument tuples]
-// A call of UnownedMemory or MemoryPointer (a type: CPython passes it a
-// tuple whatever the caller does) made a 4-tuple and a 2-tuple per
-// allocation and freed them after, two of the pair's few object
-// allocations (and two counts towards CPython's gen-0 threshold). The
-// binding keeps one of each and fills it per call: with the GIL, by one call
-// at a time (`args_busy`: a constructor that lets the GIL go or allocates
-// through CuPy again gets fresh tuples meanwhile), only while nobody else
-// holds it (reference count 1 after the call: a constructor that kept its
-// argument tuple keeps it, and the binding makes another), and None-filled
-// again right after the call, so the tuple never keeps the owner (the block)
-// or the memory object alive. What the constructors see is unchanged: a tuple
-// of the same objects.
-
-// Fills tuple `t` (reference count 1, ours) with `items`, taking new
-// references; PyTuple_SetItem drops what was there (None).
-void fill(PyObject* t, std::initializer_list<PyObject*> items) {
-  Py_ssize_t i = 0;
-  for (PyObject* o : items) {
-    Py_INCREF(o);
-    PyTuple_SetItem(t, i++, o);
-  }
-}
-
-// Calls `callable` with `items` through the reused tuple `*slot` (Note
-// [Reused argument tuples]) when `reuse`, else through a fresh one. Returns
-// a new reference or null with the Python error set.
-PyObject* call_with(PyObject* callable, PyObject** slot, bool reuse, std::initializer_list<PyObject*> items) {
-  const auto n = static_cast<Py_ssize_t>(items.size());
-  if (reuse && *slot && Py_REFCNT(*slot) != 1) Py_CLEAR(*slot);  // someone kept it: leave it to them
-  if (reuse && !*slot) {
-    *slot = PyTuple_New(n);
-    if (*slot) {
-      for (Py_ssize_t i = 0; i < n; ++i) {
-        Py_INCREF(Py_None);
-        PyTuple_SetItem(*slot, i, Py_None);
-      }
-    } else {
-      PyErr_Clear();
-    }
-  }
-  if (!reuse || !*slot) {
-    PyObject* args = PyTuple_New(n);
-    if (!args) return nullptr;
-    fill(args, items);
-    PyObject* r = PyObject_Call(callable, args, nullptr);
-    Py_DECREF(args);
-    return r;
-  }
-  PyObject* args = *slot;
-  fill(args, items);
-  PyObject* r = PyObject_Call(callable, args, nullptr);
-  if (Py_REFCNT(args) == 1) {
-    for (Py_ssize_t i = 0; i < n; ++i) {
-      Py_INCREF(Py_None);
-      PyTuple_SetItem(args, i, Py_None);  // drops the call's objects now
-    }
-  } else {
-    Py_CLEAR(*slot);  // kept by the callee: its items stay with it
-  }
-  return r;
-}
-
 // UnownedMemory(addr, size, owner, device) -> MemoryPointer(mem, 0). Takes
 // nothing; returns a new reference or null with the Python error set.
 // `size` is the caller's nbytes object (an int): no new one per call.
-PyObject* cupy_pointer(cupy_binding& b, PyObject* addr, PyObject* size, PyObject* owner, PyObject* device) {
-  const bool reuse = !b.args_busy;
-  b.args_busy = true;
-  PyObject* mem = call_with(b.unowned, &b.mem_args, reuse, {addr, size, owner, device});
-  PyObject* mp = mem ? call_with(b.pointer, &b.ptr_args, reuse, {mem, b.zero}) : nullptr;
-  Py_XDECREF(mem);
-  if (reuse) b.args_busy = false;
+PyObject* cupy_pointer(const cupy_binding& b, PyObject* addr, PyObject* size, PyObject* owner, PyObject* device) {
+  PyObject* args = PyTuple_Pack(4, addr, size, owner, device);
+  PyObject* mem = args ? PyObject_Call(b.unowned, args, nullptr) : nullptr;
+  Py_XDECREF(args);
+  if (!mem) return nullptr;
+  PyObject* margs = PyTuple_Pack(2, mem, b.zero);
+  Py_DECREF(mem);
+  PyObject* mp = margs ? PyObject_Call(b.pointer, margs, nullptr) : nullptr;
+  Py_XDECREF(margs);
   return mp;
 }
 

@@ -280,9 +280,9 @@ def control_runs_out():
 
 
 def nested_allocation_in_the_constructor():
-    # Note [Reused argument tuples] (torch_clients.cpp): a constructor that
-    # allocates through CuPy again while the outer call uses the binding's
-    # argument tuples. Both blocks are distinct and live, then both go back.
+    # A constructor that allocates through CuPy again while the outer call
+    # is inside the binding (re-entrancy of the C malloc). Both blocks are
+    # distinct and live, then both go back.
     import cupy
     base, depth = cupy.cuda.UnownedMemory, [0]
 
