@@ -618,19 +618,20 @@ class pressure_policy final : public gc_policy {
   // charged min(measured, P - L). The figures reported (stats, JSON) stay
   // the probe's upper bound. Without this, every minor at a sync of a loop
   // whose minor outlasts the slack (the H200's and H100's 1 GiB host heap:
-  // 17-20 ms minors against 5.2 ms of slack) was charged whole: the 5%
-  // budget bought a quarter fewer minors than it pays for, and the first
-  // minor at a sync came at 23 GiB of young bytes (H100, 2026-12-06:
-  // 50.1x the oracle's peak with the whole charge, 40.8x with this, at
-  // 1.042x and 1.040x the oracle's time; bench/RESULTS.md).
+  // 17-20 ms minors against 5.2 ms of slack) was charged whole, and the 5%
+  // budget bought fewer minors than it pays for (H100, 2026-12-06, 320
+  // iterations: 4 minors, the first at a sync at 26-28 GiB of young bytes,
+  // 50.1x the oracle's peak at 1.042x its time; with this 5 minors, the
+  // first at 21.5-23 GiB, 40.8x at 1.040x; bench/RESULTS.md).
   void charge_minor(const outcome& o) {
     // A sliced minor finished by a cycle's steps had no begin_minor: its
     // slices are charged as measured.
     if (!std::exchange(minor_begun_, false)) return;
     const double measured = charged_exposed() - exposed_at_minor_start_;
     const double bound = std::max(0.0, o.seconds - lag_at_minor_start_);
-    if (measured > bound) overcharge_ += measured - bound;
-    if (opts_.verbose && measured > bound)
+    if (measured <= bound) return;
+    overcharge_ += measured - bound;
+    if (opts_.verbose)
       std::fprintf(stderr, "gcpressure[pressure]:   charged %.3f ms of %.3f (lag %.3f ms at its start)\n", bound * 1e3,
                    measured * 1e3, lag_at_minor_start_ * 1e3);
   }
