@@ -41,9 +41,19 @@ namespace detail {
 // garbage before its first collection (the host backend: 16 MiB where the
 // oracle peaks at 4). So the policy may pass a guess for the time per
 // iteration until it is measured: the predicted pause of a minor, that is
-// "a minor fits in one queued iteration". A wrong guess costs one exposed
-// minor, which the probe measures (Note [Exposed GC time]); the policy then
-// stops guessing.
+// "a minor fits in one queued iteration" (and at a busy sync, the slack:
+// the sync's own estimate is 0 until a sync waited). A wrong guess costs an
+// exposed minor, which the probe measures (Note [Exposed GC time]); the
+// policy then halves it, "a minor fits in two iterations", and so on, four
+// times, then stops guessing. Stopping at once (the first version) left a
+// loop whose minor outlasts an iteration with only `running`: on the H100 at
+// a 1 GiB host heap (16 ms minors, 5.5 ms iterations, a sync every 8) the
+// first window's second minor came 9 iterations after the refuted one, at
+// 2.25 GiB of young bytes: the run's peak, 2.80 GiB, 5.0x the oracle's
+// (the matrix's median 5.37x; bench/RESULTS.md 2026-12-06). Halving gives "three iterations" after two refutations; on the
+// fake clock (16 ms minors, 4.8 ms iterations) the first window's peak went
+// from 10 iterations of temporaries to 6 at K = 8, and from 3 to 2 at K = 1
+// with 4 ms minors, where the first busy sync had no estimate of its slack.
 // Not thread-safe: used under the policy's collection lock.
 class device_lag {
  public:

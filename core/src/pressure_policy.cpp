@@ -307,10 +307,13 @@ class pressure_policy final : public gc_policy {
     // at syncs run whole]); its exposed part is pause - slack.
     s.lag = event == pressure_event::sync ? slack_estimate() : 0;
     // Note [A guess before the first sync]
-    const double t = now(), guess = lag_guess_refuted_ ? 0 : s.pause;
+    const double t = now(), guess = lag_guess_share_ * s.pause;
     lag_guessed_ = false;
     for (std::size_t j = 0; j < device_count(); ++j) {
-      const double lag = dev_[j].lag.lag(t, guess);
+      double lag = dev_[j].lag.lag(t, guess);
+      // At a sync the device still runs the iteration just queued (an idle
+      // one is seen by the caller and counts no lag): at least a guess's worth.
+      if (event == pressure_event::sync && !dev_[j].lag.measured()) lag = std::max(lag, guess);
       lag_guessed_ = lag_guessed_ || (!dev_[j].lag.measured() && lag > s.lag && guess > 0);
       s.lag = std::max(s.lag, lag);
     }
@@ -404,7 +407,7 @@ class pressure_policy final : public gc_policy {
         std::fprintf(stderr, "gcpressure[pressure]: at a sync: young %s, predicted minor %.3f ms, slack %.3f ms\n",
                      format_bytes(young_all()).c_str(), pause * 1e3, slack_estimate() * 1e3);
       }
-      begin_minor(false, device_busy() ? slack_estimate() : 0);
+      begin_minor(lag_guessed_, device_busy() ? slack_estimate() : 0);
       finish_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment), gc_reason::quiet_moment);
       if (!cycle_active()) return;
     }
@@ -645,9 +648,9 @@ class pressure_policy final : public gc_policy {
   void learn_minor(const outcome& o, bool loop) {
     learn_rate(o);
     // Note [A guess before the first sync]: a minor taken as hidden on the
-    // guess that was a quarter exposed or more refutes it.
+    // guess that was a quarter exposed or more halves it.
     if (minor_on_guess_ && charged_exposed() - exposed_at_minor_start_ > 0.25 * o.seconds)
-      lag_guess_refuted_ = true;
+      lag_guess_share_ = lag_guess_share_ > 1.0 / 16 ? lag_guess_share_ / 2 : 0;
     minor_on_guess_ = false;
     charge_minor(o);
     minor_cost_.add(static_cast<double>(o.young_before), o.seconds);
@@ -811,7 +814,7 @@ class pressure_policy final : public gc_policy {
   bool minor_begun_ = false;  // begin_minor() set the two above for the minor in progress
   bool lag_guessed_ = false;        // the last snapshot's lag rests on the guess
   bool minor_on_guess_ = false;     // the minor in progress was taken on it
-  bool lag_guess_refuted_ = false;  // Note [A guess before the first sync]
+  double lag_guess_share_ = 1;      // the guess, x the predicted pause (Note [A guess before the first sync])
   double full_cost_ = 0, full_wall_ = 0;
   double cycle_started_ = 0, exposed_at_cycle_start_ = 0;
   // A cycle that found less than a quarter of the suspected garbage doubles
