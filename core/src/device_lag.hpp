@@ -138,6 +138,13 @@ class device_lag {
     return static_cast<double>(pending_.size() - 1) * std::max(per, running) + rest;
   }
 
+  // The device's time per iteration was at most `ratio` x the estimate
+  // (Note [A lag the device did not have], pressure_policy.cpp).
+  void scale(double ratio) noexcept {
+    for (double& w : windows_) w *= ratio;
+    per_hint_ *= ratio;
+  }
+
   // Whether the device's time per iteration is measured (a sync waited).
   bool measured() const noexcept { return per_hint_ > 0; }
   // Whether lag() can be more than 0 now (without polling).
