@@ -188,7 +188,7 @@ class pressure_policy final : public gc_policy {
       if (opts_.verbose) explain_early(snap, dec);
       for (std::size_t j = 0; j < device_count(); ++j) dev_[j].collected_since_quiet += device(j).since_mark();
       if (dec.headroom) ++headroom_collections_;
-      begin_minor(dec.hidden && lag_guessed_, lag_guessed_ ? 0 : snap.lag);
+      begin_minor(dec.hidden && lag_guessed_, lag_guessed_ ? 0 : snap.lag, true);
       const outcome o = run_collection(gc_kind::minor, gc_reason::early);
       // Note [No collection storms]: a headroom collection that found little
       // on this device doubles the young bytes the next one needs there.
@@ -370,7 +370,7 @@ class pressure_policy final : public gc_policy {
       outcome o;
       if (step_full_cycle(gc_reason::quiet_moment, &o)) learn_full(o);
     } else {
-      begin_minor(on_guess, lag_known);
+      begin_minor(on_guess, lag_known, true);
       finish_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment), gc_reason::quiet_moment);
     }
     probe.rethrow();
@@ -605,10 +605,13 @@ class pressure_policy final : public gc_policy {
 
   // The exposed seconds of the minor that starts now are measured from here
   // (Note [A guess before the first sync]); `lag`: the device's queued work
-  // it starts against, measured (not guessed), 0 if none is known.
-  void begin_minor(bool on_guess = false, double lag = 0) {
+  // it starts against, measured (not guessed), 0 if none is known;
+  // `from_events`: that lag is the events' (Note [The device's lag]), not a
+  // sync's slack estimate.
+  void begin_minor(bool on_guess = false, double lag = 0, bool from_events = false) {
     exposed_at_minor_start_ = charged_exposed();
     lag_at_minor_start_ = lag;
+    lag_from_events_ = from_events;
     minor_on_guess_ = on_guess;
     minor_begun_ = true;
   }
@@ -644,7 +647,8 @@ class pressure_policy final : public gc_policy {
     // 25.7-32.3 ms that was not there, each was charged nothing, and the loop
     // ran 27% over the device's time (60% before the guess halved).
     if (measured > 0.25 * o.seconds && lag_at_minor_start_ >= o.seconds) {
-      for (std::size_t j = 0; j < device_count(); ++j) dev_[j].lag.scale(o.seconds / lag_at_minor_start_);
+      if (lag_from_events_)  // a sync's slack estimate corrects itself at every sync
+        for (std::size_t j = 0; j < device_count(); ++j) dev_[j].lag.scale(o.seconds / lag_at_minor_start_);
       return;
     }
     const double bound = std::max(0.0, o.seconds - lag_at_minor_start_);
@@ -826,6 +830,7 @@ class pressure_policy final : public gc_policy {
   std::unique_ptr<device_state[]> dev_;  // one per device (capacity: add_device)
   detail::cost_model minor_cost_;
   double exposed_at_minor_start_ = 0, lag_at_minor_start_ = 0;
+  bool lag_from_events_ = false;  // begin_minor's `from_events`
   double overcharge_ = 0;  // Note [Charging what the lag hid]
   bool minor_begun_ = false;  // begin_minor() set the two above for the minor in progress
   bool lag_guessed_ = false;        // the last snapshot's lag rests on the guess
