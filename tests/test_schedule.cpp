@@ -188,6 +188,10 @@ TEST(SyncSchedule, ExposedTimeStaysWithinTheBudgetWhenMinorsExceedTheSlack) {
   // Each exposed minor is still reported whole (the device finished inside it).
   EXPECT_NEAR(g.exposed_gc_seconds, static_cast<double>(minors(g)) * w.gc.minor_seconds, 1e-9);
   EXPECT_EQ(g.exposed_gc_seconds + g.hidden_gc_seconds, g.gc_seconds);
+  // What the budget counted is reported beside it: the exposed parts, about
+  // the loop's true loss (the stats' exposed_gc_seconds_charged).
+  EXPECT_LT(g.exposed_gc_seconds_charged, 0.75 * g.exposed_gc_seconds);
+  EXPECT_NEAR(g.exposed_gc_seconds_charged, lost, 0.25 * lost);
   EXPECT_EQ(w.alloc.stats().ooms, 0u);
 }
 

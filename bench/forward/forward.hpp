@@ -243,6 +243,8 @@ struct result {
   double time_per_iter = 0;
   double gc_fraction = 0;           // gc_seconds / wall
   double exposed_gc_fraction = 0;   // exposed_gc_seconds / wall
+  double exposed_gc_seconds_charged = 0;  // as the policy's budget counts it (collection_stats)
+  double exposed_gc_fraction_charged = 0;
   double host_seconds_per_iter = 0; // mean host time from iteration start to the hint/sync
   double sync_seconds = 0;          // total time in the sync call (collection work + wait)
   double sync_wait_seconds = 0;     // total time blocked waiting for the device (policy's figure)

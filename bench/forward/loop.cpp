@@ -424,12 +424,14 @@ void collect_results(loop_state& s) {
   r.max_pause_seconds = g.longest_pause_seconds;
   r.gc_seconds = g.gc_seconds - b.gc_seconds;
   r.exposed_gc_seconds = g.exposed_gc_seconds - b.exposed_gc_seconds;
+  r.exposed_gc_seconds_charged = g.exposed_gc_seconds_charged - b.exposed_gc_seconds_charged;
   r.hidden_gc_seconds = g.hidden_gc_seconds - b.hidden_gc_seconds;
   r.gc_seconds_all = g.gc_seconds_all - b.gc_seconds_all;
   r.finalized = g.finalized - b.finalized;
   r.time_per_iter = r.iterations ? r.wall_seconds / r.iterations : 0;
   r.gc_fraction = r.wall_seconds > 0 ? r.gc_seconds / r.wall_seconds : 0;
   r.exposed_gc_fraction = r.wall_seconds > 0 ? r.exposed_gc_seconds / r.wall_seconds : 0;
+  r.exposed_gc_fraction_charged = r.wall_seconds > 0 ? r.exposed_gc_seconds_charged / r.wall_seconds : 0;
   r.host_seconds_per_iter = r.iterations ? s.host_seconds / r.iterations : 0;
   r.sync_wait_seconds = g.sync_wait_seconds - b.sync_wait_seconds;
   r.slack_seconds = g.slack_seconds;

@@ -485,6 +485,7 @@ void gc_policy::fill_stats(collection_stats& out) const {
   // The runtime's own collections ran inside its allocator, on the critical
   // path as far as anyone can tell: all exposed.
   out.exposed_gc_seconds += out.runtime_gc_seconds;
+  out.exposed_gc_seconds_charged = std::max(0.0, out.exposed_gc_seconds - uncharged_seconds());
 }
 
 void gc_policy::fill_stats_for(const device_allocator& a, collection_stats& out) const {

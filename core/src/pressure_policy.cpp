@@ -653,14 +653,15 @@ class pressure_policy final : public gc_policy {
     }
     const double bound = std::max(0.0, o.seconds - lag_at_minor_start_);
     if (measured <= bound) return;
-    overcharge_ += measured - bound;
+    overcharge_.store(overcharge_.load(std::memory_order_relaxed) + measured - bound, std::memory_order_relaxed);
     if (opts_.verbose)
       std::fprintf(stderr, "gcpressure[pressure]:   charged %.3f ms of %.3f (lag %.3f ms at its start)\n", bound * 1e3,
                    measured * 1e3, lag_at_minor_start_ * 1e3);
   }
 
   // The exposed GC seconds the budget counts (Note [Charging what the lag hid]).
-  double charged_exposed() const noexcept { return own_exposed_seconds() - overcharge_; }
+  double charged_exposed() const noexcept { return own_exposed_seconds() - overcharge_.load(std::memory_order_relaxed); }
+  double uncharged_seconds() const noexcept override { return overcharge_.load(std::memory_order_relaxed); }
 
   // `loop`: the minor belongs to the loop, and its yield is the loop's (Note
   // [Set-up minors teach the cost only]; their futility is not learned
@@ -831,7 +832,9 @@ class pressure_policy final : public gc_policy {
   detail::cost_model minor_cost_;
   double exposed_at_minor_start_ = 0, lag_at_minor_start_ = 0;
   bool lag_from_events_ = false;  // begin_minor's `from_events`
-  double overcharge_ = 0;  // Note [Charging what the lag hid]
+  // Note [Charging what the lag hid]; written under the collection lock,
+  // read by stats() from any thread.
+  std::atomic<double> overcharge_{0};
   bool minor_begun_ = false;  // begin_minor() set the two above for the minor in progress
   bool lag_guessed_ = false;        // the last snapshot's lag rests on the guess
   bool minor_on_guess_ = false;     // the minor in progress was taken on it

@@ -99,9 +99,10 @@ std::string to_text(const allocator_stats& s) {
   for (int i = 0; i < gc_reason_count; ++i) os << " " << to_string(static_cast<gc_reason>(i)) << "=" << g.by_reason[i];
   os << "\n";
   std::snprintf(buf, sizeof buf,
-                "  gc time: exposed %.3f s (upper bound), hidden %.3f s; blocking cycles %llu; "
+                "  gc time: exposed %.3f s (upper bound; %.3f s charged), hidden %.3f s; blocking cycles %llu; "
                 "syncs %llu, slack %.3f ms, sync wait %.3f s\n",
-                g.exposed_gc_seconds, g.hidden_gc_seconds, static_cast<unsigned long long>(g.blocking_cycles),
+                g.exposed_gc_seconds, g.exposed_gc_seconds_charged, g.hidden_gc_seconds,
+                static_cast<unsigned long long>(g.blocking_cycles),
                 static_cast<unsigned long long>(g.syncs), g.slack_seconds * 1e3, g.sync_wait_seconds);
   os << buf;
   std::snprintf(buf, sizeof buf,
@@ -158,11 +159,12 @@ std::string to_json(const allocator_stats& s) {
   // seconds are a lower bound unless runtime_seconds_exact.
   std::snprintf(buf, sizeof buf,
                 "\"exposed_gc_seconds\":%.6f,\"exposed_gc_seconds_is_upper_bound\":true,"
-                "\"hidden_gc_seconds\":%.6f,\"blocking_cycles\":%llu,\"syncs\":%llu,\"slack_seconds\":%.6f,"
+                "\"exposed_gc_seconds_charged\":%.6f,\"hidden_gc_seconds\":%.6f,\"blocking_cycles\":%llu,\"syncs\":%llu,\"slack_seconds\":%.6f,"
                 "\"sync_wait_seconds\":%.6f,\"runtime_collections\":%llu,\"runtime_full_collections\":%llu,"
                 "\"runtime_gc_seconds\":%.6f,\"runtime_seconds_exact\":%s,\"collector_collections\":%llu,"
                 "\"gc_seconds_all\":%.6f}}",
-                g.exposed_gc_seconds, g.hidden_gc_seconds, static_cast<unsigned long long>(g.blocking_cycles),
+                g.exposed_gc_seconds, g.exposed_gc_seconds_charged, g.hidden_gc_seconds,
+                static_cast<unsigned long long>(g.blocking_cycles),
                 static_cast<unsigned long long>(g.syncs), g.slack_seconds, g.sync_wait_seconds,
                 static_cast<unsigned long long>(g.runtime_collections),
                 static_cast<unsigned long long>(g.runtime_full_collections), g.runtime_gc_seconds,

@@ -240,6 +240,9 @@ class gc_policy : public allocation_hook {
   // add_device() added device `i`; called with the collection lock held,
   // before the device's allocations reach the policy.
   virtual void device_added(std::size_t i) { (void)i; }
+  // Exposed seconds that the policy's budget does not count (stats'
+  // exposed_gc_seconds_charged). Thread-safe; finalizer-safe. Default: none.
+  virtual double uncharged_seconds() const noexcept { return 0; }
 
 
   device_allocator& alloc_;                // devices_[0]

@@ -74,6 +74,11 @@ struct collection_stats {
   // during which the device finished counts whole).
   double exposed_gc_seconds = 0;
   double hidden_gc_seconds = 0;   // gc_seconds - exposed: run while the device was still busy
+  // The exposed time as the policy's GC budget counts it: exposed_gc_seconds
+  // less what the device's lag is known to have hidden (Note [Charging what
+  // the lag hid], core/src/pressure_policy.cpp); equal for other policies. A
+  // central figure beside the upper bound, not a lower bound.
+  double exposed_gc_seconds_charged = 0;
   // Whole-heap cycles whose slices ran back to back because memory was
   // needed at once: blocking, their pause is the sum of the slices.
   std::uint64_t blocking_cycles = 0;
