@@ -8,6 +8,8 @@ process, and the accounting identities every run must satisfy:
       was started either by the policy or by the runtime itself)
   exposed_gc_seconds <= gc_seconds_all      (exposed time is part of all GC time)
   hidden_gc_seconds  <= gc_seconds          (hidden time is the policy's)
+  0 <= exposed_gc_seconds_charged <= exposed_gc_seconds  (the budget's count
+      removes only what the lag is known to have hidden)
   ooms == 0 under explicit_free             (the oracle never runs out)
   final_live_bytes == model_bytes under explicit_free, but for promote
                                             (the oracle freed every dead array;
@@ -100,6 +102,10 @@ def check(run, max_seconds):
         bad.append("exposed_gc_seconds %.6f > gc_seconds_all %.6f" % (run["exposed_gc_seconds"], run["gc_seconds_all"]))
     if run["hidden_gc_seconds"] > run["gc_seconds"] + EPS:
         bad.append("hidden_gc_seconds %.6f > gc_seconds %.6f" % (run["hidden_gc_seconds"], run["gc_seconds"]))
+    charged = run["exposed_gc_seconds_charged"]
+    if charged < -EPS or charged > run["exposed_gc_seconds"] + EPS:
+        bad.append("exposed_gc_seconds_charged %.6f outside [0, exposed_gc_seconds %.6f]"
+                   % (charged, run["exposed_gc_seconds"]))
     if run["policy"] == "explicit_free" and run["ooms"] != 0:
         bad.append("%d OOM(s) under explicit_free: %s" % (run["ooms"], run["first_oom"]))
     if run["policy"] == "explicit_free" and run["workload"] != "promote" and \
