@@ -668,3 +668,34 @@ TEST(LagSchedule, AMinorTheLagShouldHaveHiddenCorrectsTheLag) {
   EXPECT_GT(minors(w.stats()), 320u / 16);
   EXPECT_EQ(w.alloc.stats().ooms, 0u);
 }
+
+// Note [A guess before the first sync]: a minor at a sync whose device is
+// already done is not taken on the guess and does not test it. A loop that
+// first computes on the host (its syncs find the device idle; minors run
+// there, exposed) keeps the guess for when its device work starts: the
+// first window of the device-bound phase then holds what it holds with no
+// host phase before it (8 x 32 MiB with the model, as in
+// ARefutedGuessHalvesAndTheFirstBusySyncUsesIt). When idle syncs halved the
+// guess (3 of the host phase's minors: to an eighth), 9 x 32 MiB.
+TEST(LagSchedule, IdleSyncsDoNotTestTheGuess) {
+  world w("pressure", 4096 * MiB, 3072 * MiB);
+  w.gc.minor_seconds = 16 * ms;
+  for (int m = 0; m < 16; ++m) {
+    w.clock.advance(1 * ms);
+    w.make(4 * MiB);  // the model: kept
+  }
+  loop_shape host;
+  host.iterations = 120;
+  host.host_computes = true;
+  run_loop(w, host);
+  const auto before = minors(w.stats());
+  ASSERT_GE(before, 3u) << "the host phase should collect at its idle syncs";
+  w.early_peak = 0;
+  loop_shape s;
+  s.iterations = 32;
+  s.sync_every = 8;
+  s.steady_from = s.iterations;
+  run_loop(w, s);
+  EXPECT_LE(w.early_peak, 8 * 32 * MiB);
+  EXPECT_EQ(w.alloc.stats().ooms, 0u);
+}

@@ -377,12 +377,16 @@ class pressure_policy final : public gc_policy {
   }
 
   // True if some device asks for a minor at this sync (`idle`: the device
-  // is done, nothing is hidden).
-  bool sync_due(bool idle) {
+  // is done, nothing is hidden). `*on_guess`: that minor is hidden only on
+  // the guess (Note [A guess before the first sync]), which it then tests.
+  bool sync_due(bool idle, bool* on_guess) {
     for (std::size_t i = 0; i < device_count(); ++i) {
       detail::pressure_snapshot s = snapshot(i, pressure_event::sync, 0);
       if (idle) s.lag = 0;
-      if (detail::decide(s, tuning_).action == pressure_action::minor) return true;
+      const detail::pressure_decision dec = detail::decide(s, tuning_);
+      if (dec.action != pressure_action::minor) continue;
+      *on_guess = !idle && dec.hidden && lag_guessed_;
+      return true;
     }
     return false;
   }
@@ -391,7 +395,8 @@ class pressure_policy final : public gc_policy {
     const double deadline = now() + slack_estimate();
     const auto room = [&] { return now() + opts_.slice_seconds <= deadline && device_busy(); };
     if (!cycle_active()) {
-      if (!sync_due(!device_busy())) return;
+      bool on_guess = false;
+      if (!sync_due(!device_busy(), &on_guess)) return;
       // Note [Minors at syncs run whole]
       // bdwgc's incremental minor cannot be sliced finer than what it does
       // with the world stopped (the O(heap blocks) part): measured on the
@@ -407,7 +412,7 @@ class pressure_policy final : public gc_policy {
         std::fprintf(stderr, "gcpressure[pressure]: at a sync: young %s, predicted minor %.3f ms, slack %.3f ms\n",
                      format_bytes(young_all()).c_str(), pause * 1e3, slack_estimate() * 1e3);
       }
-      begin_minor(lag_guessed_, device_busy() ? slack_estimate() : 0);
+      begin_minor(on_guess, device_busy() ? slack_estimate() : 0);
       finish_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment), gc_reason::quiet_moment);
       if (!cycle_active()) return;
     }
