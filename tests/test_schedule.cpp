@@ -101,6 +101,15 @@ void run_loop(world& w, const loop_shape& s) {
 }
 
 std::uint64_t minors(const gcp::collection_stats& g) { return g.by_kind[static_cast<int>(gcp::gc_kind::minor)]; }
+
+// A model of 64 MiB built before the loop (kept): its minors teach the
+// policy the collector's cost, as a model's construction does.
+void build_model(world& w) {
+  for (int m = 0; m < 16; ++m) {
+    w.clock.advance(1 * ms);
+    w.make(4 * MiB);
+  }
+}
 std::uint64_t cycles(const gcp::collection_stats& g) {
   return g.by_kind[static_cast<int>(gcp::gc_kind::incremental_full)];
 }
@@ -627,10 +636,7 @@ TEST(LagSchedule, ARefutedGuessHalvesAndTheFirstBusySyncUsesIt) {
   const auto early = [](double minor, int k) {
     world w("pressure", 4096 * MiB, 3072 * MiB);
     w.gc.minor_seconds = minor * ms;
-    for (int m = 0; m < 16; ++m) {
-      w.clock.advance(1 * ms);
-      w.make(4 * MiB);  // the model: kept
-    }
+    build_model(w);
     loop_shape s;
     s.iterations = 4 * k;
     s.sync_every = k;
@@ -652,10 +658,7 @@ TEST(LagSchedule, ARefutedGuessHalvesAndTheFirstBusySyncUsesIt) {
 TEST(LagSchedule, AMinorTheLagShouldHaveHiddenCorrectsTheLag) {
   world w("pressure", 4096 * MiB, 3072 * MiB);
   w.gc.minor_seconds = 25 * ms;
-  for (int m = 0; m < 16; ++m) {
-    w.clock.advance(1 * ms);
-    w.make(4 * MiB);  // the model: kept
-  }
+  build_model(w);
   loop_shape s;
   s.iterations = 320;
   s.sync_every = 8;
@@ -680,10 +683,7 @@ TEST(LagSchedule, AMinorTheLagShouldHaveHiddenCorrectsTheLag) {
 TEST(LagSchedule, IdleSyncsDoNotTestTheGuess) {
   world w("pressure", 4096 * MiB, 3072 * MiB);
   w.gc.minor_seconds = 16 * ms;
-  for (int m = 0; m < 16; ++m) {
-    w.clock.advance(1 * ms);
-    w.make(4 * MiB);  // the model: kept
-  }
+  build_model(w);
   loop_shape host;
   host.iterations = 120;
   host.host_computes = true;
