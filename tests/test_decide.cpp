@@ -293,6 +293,28 @@ TEST(Decide, ACycleInProgressIsFinishedSteppedOrPaced) {
   EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
 }
 
+// Note [Finishing a cycle costs its rest]: young bytes that would pay for a
+// minor (4.8 GiB at 6 ms) do not pay for the 150 ms a whole-heap cycle still
+// needs (120 GiB, capped by the 7 GiB headroom); the headroom still does.
+TEST(Decide, FinishingACycleIsPricedAtItsRest) {
+  const d::pressure_tuning t;
+  auto s = base(d::pressure_event::allocation);
+  s.cycle = true;
+  s.cycle_wall = 0.2;
+  s.dev.young = 6 * 1024 * MiB;
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::finish_cycle);  // no rest known: a minor's price
+  s.cycle_rest = 0.150;
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::step_cycle);  // paced on, not finished
+  s.dev.young = 7 * 1024 * MiB + 1;  // at the headroom (soft 8 GiB - 1 GiB live after)
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::finish_cycle);
+  s.dev.young = 6 * 1024 * MiB;
+  s.dev.live = 8193 * MiB;  // past the soft limit: memory is needed now
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::finish_cycle);
+  s.dev.live = 1024 * MiB;
+  s.minor_cycle = true;  // a sliced minor's rest is a minor
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::finish_cycle);
+}
+
 // Note [The device's lag]: (pending - 1) x the device's time per iteration,
 // measured at syncs that waited.
 TEST(DeviceLag, PendingIterationsTimesTheDevicesTimePerIteration) {

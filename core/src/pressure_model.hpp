@@ -92,6 +92,7 @@ struct pressure_snapshot {
   int headroom_collections = 0;     // this iteration's (Note [No collection storms])
   bool cycle = false, minor_cycle = false;  // a sliced cycle is in progress (and it is a minor)
   double cycle_exposed = 0, cycle_wall = 0;  // since it started: exposed GC seconds, wall seconds
+  double cycle_rest = 0;            // seconds a whole-heap cycle still needs (Note [Finishing a cycle costs its rest])
   bool syncing = false;             // the loop synchronizes at its hints (hints defer to syncs)
 };
 
@@ -196,7 +197,17 @@ inline pressure_decision decide(const pressure_snapshot& s, const pressure_tunin
     // Against the exposed share of the whole run, a cycle started early (or
     // after a long setup) ran a 1 ms slice at every allocation: 664 exposed
     // slices in one cycle, a third of the run's wall time (H200, 1 GiB heap).
-    const std::size_t no_lag = young_threshold(d, s.cost_known, s.pause, 0, t);
+    // Note [Finishing a cycle costs its rest]
+    // Finishing a cycle at an allocation runs its rest back to back,
+    // exposed: the young bytes that pay for that are the budget rule's at
+    // the rest's length, not at a minor's. Priced as a minor (a 3 ms pause
+    // where 130-170 ms of marking remained), every whole-heap cycle of the
+    // promote workload on the H100 (256 MiB host heap, a sync every
+    // iteration) was finished back to back once 11 iterations of young
+    // bytes had piled up: 127-168 ms blocking in 5 of 6 runs, 1.09x the
+    // oracle's time (bench/RESULTS.md, 2026-12-06 session 12).
+    const double finish = s.minor_cycle ? s.pause : std::max(s.pause, s.cycle_rest);
+    const std::size_t no_lag = young_threshold(d, s.cost_known, finish, 0, t);
     const bool paced = !s.minor_cycle && s.cycle_exposed < t.gc_budget * s.cycle_wall;
     if (s.event == pressure_event::sync) r.action = pressure_action::step_cycle;
     else if (s.event == pressure_event::allocation && (d.young >= no_lag || over))

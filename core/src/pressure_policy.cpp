@@ -325,6 +325,11 @@ class pressure_policy final : public gc_policy {
     if (s.cycle && !s.minor_cycle) {
       s.cycle_exposed = s.exposed - exposed_at_cycle_start_;
       s.cycle_wall = t - cycle_started_;
+      // Note [Finishing a cycle costs its rest]: the learned cost of a
+      // whole cycle less what this one ran; before one was learned, at
+      // least as much again as it ran (its progress is not known).
+      const double done = cycle_seconds();
+      s.cycle_rest = std::max(expected_full_cost() - done, full_cost_ > 0 ? 0.0 : done);
     }
     s.syncing = syncing_;
     return s;

@@ -218,6 +218,8 @@ class gc_policy : public allocation_hook {
   bool cycle_active() const noexcept { return cycle_ != gc_kind::blocking_full; }
   bool minor_cycle_active() const noexcept { return cycle_ == gc_kind::minor; }
   bool full_cycle_active() const noexcept { return cycle_ == gc_kind::incremental_full; }
+  // Seconds of slices the cycle in progress has run (collection lock held).
+  double cycle_seconds() const noexcept { return cycle_seconds_; }
   void record(gc_kind kind, gc_reason reason, const outcome& o, double pause);
 
   // Called by synchronize() while the device is still busy, with the
