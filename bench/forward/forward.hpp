@@ -215,6 +215,7 @@ struct result {
   bool stopped_early = false;
   std::uint64_t ooms = 0;
   std::size_t peak_live_bytes = 0, peak_reserved_bytes = 0;  // over devices: the maximum
+  int peak_reserved_iteration = 0;  // the iteration (1-based) that set it; 0: the model's set-up
   std::size_t final_live_bytes = 0, final_reserved_bytes = 0;
   std::size_t bytes_per_iteration = 0;  // device bytes the loop allocates per iteration (mean over the run)
   std::size_t model_bytes = 0;          // parameters + input, kept alive (every replica's)

@@ -183,6 +183,7 @@ struct loop_state {
   gcp::collection_stats base;  // at the loop's start: collections during set-up are not the loop's
   std::uint64_t headroom_changes0 = 0, headroom_seen = 0;  // every device's count at the start, last seen
   double host_seconds = 0;
+  std::size_t peak_seen = 0;  // the highest reserved peak of any device seen at an iteration's end
   clock_type::time_point t_start;
 
   loop_state(const options& opts, std::FILE* p) : o(opts), progress(p) {}
@@ -309,6 +310,16 @@ void record_sample(loop_state& s, int it) {
     x.reserved += s.dh->allocator(k).reserved_bytes();
   }
   s.r.samples.push_back(x);
+  // The iteration whose run set the peak (peak_reserved_iteration): the
+  // allocators' peaks are kept between samples, so a rise since the last
+  // sample happened in this iteration (or its hint and sync).
+  std::size_t peak = 0;
+  for (std::size_t k = 0; k < s.dh->device_count(); ++k)
+    peak = std::max(peak, static_cast<std::size_t>(s.dh->allocator(k).stats().reserved.peak));
+  if (peak > s.peak_seen) {
+    s.peak_seen = peak;
+    s.r.peak_reserved_iteration = x.iteration;
+  }
   if (const std::uint64_t changes = headroom_changes(*s.dh); changes != s.headroom_seen) {
     s.headroom_seen = changes;
     if (s.r.headroom_change_iterations.size() < 64) s.r.headroom_change_iterations.push_back(x.iteration);
@@ -501,6 +512,7 @@ result run(const options& o, host_heap* heap, std::FILE* progress) {
     gcp::device_allocator& a = s.dh->allocator(rp->device);
     a.reset_peaks();
     rp->allocs0 = a.allocation_count();
+    s.peak_seen = std::max(s.peak_seen, a.reserved_bytes());
   }
   // A cycle the collector finished but the policy has not yet recorded would
   // make the collector's count and the policy's disagree (Note in

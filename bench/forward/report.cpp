@@ -187,6 +187,7 @@ std::string to_json(const result& r) {
   j.u("iterations", r.iterations).u("iterations_requested", r.iterations_requested);
   j.b("stopped_early", r.stopped_early).u("ooms", r.ooms);
   j.u("peak_live_bytes", r.peak_live_bytes).u("peak_reserved_bytes", r.peak_reserved_bytes);
+  j.u("peak_reserved_iteration", static_cast<std::size_t>(r.peak_reserved_iteration));
   j.u("final_live_bytes", r.final_live_bytes).u("final_reserved_bytes", r.final_reserved_bytes);
   j.u("collections_minor", r.collections_minor).u("collections_full", r.collections_full);
   j.u("collections_incremental_full", r.collections_incremental_full);
