@@ -714,6 +714,10 @@ class pressure_policy final : public gc_policy {
     full_cost_ = smooth(full_cost_, o.seconds);
     full_wall_ = smooth(full_wall_, now() - cycle_started_);
     full_backoff_ = o.reclaimed * 4 < suspect_at_start_ ? std::min(full_backoff_ * 2, tuning_.max_full_backoff) : 1;
+    if (opts_.verbose)
+      std::fprintf(stderr, "gcpressure[pressure]: whole-heap cycle done: %.3f ms of work in %.3f ms of wall, reclaimed %s of %s suspected\n",
+                   o.seconds * 1e3, (now() - cycle_started_) * 1e3, format_bytes(o.reclaimed).c_str(),
+                   format_bytes(suspect_at_start_).c_str());
     floor_known_ = true;
     for (std::size_t i = 0; i < o.devices.size(); ++i) {
       dev_[i].live_after = o.devices[i].live_after;
@@ -830,6 +834,12 @@ class pressure_policy final : public gc_policy {
     for (std::size_t i = 0; i < device_count(); ++i) any_pressing = any_pressing || pressing(i);
     const bool in_device_time = sync_count() > 0 && slack_estimate() > 0;
     if (!in_device_time && !any_pressing && exposed_fraction() >= opts_.gc_budget) return;
+    if (opts_.verbose)
+      std::fprintf(stderr,
+                   "gcpressure[pressure]: whole-heap cycle: suspected garbage %s, expected cost %.3f ms, wall %.3f ms, "
+                   "backoff x%.0f\n",
+                   format_bytes(suspect).c_str(), expected_full_cost() * 1e3,
+                   (full_wall_ > 0 ? full_wall_ : 2 * expected_full_cost()) * 1e3, full_backoff_);
     cycle_started_ = now();
     exposed_at_cycle_start_ = charged_exposed();
     suspect_at_start_ = suspect;
