@@ -376,6 +376,29 @@ TEST(DeviceLag, PendingIterationsTimesTheDevicesTimePerIteration) {
   EXPECT_EQ(lag.lag(clock.now()), 0.0);
 }
 
+// Note [The next iteration is queued after the hint]: a 5.4 ms minor at
+// the first hint, longer than the device's 5 ms iteration; the next
+// iteration is queued after it, in 0.3 ms. At the next hint its event is
+// the only one pending and it has run at most 0.3 ms: 4.7 - 0.3 ms of the
+// guess are left (counted from the first hint's event: 0).
+TEST(DeviceLag, TheNextIterationIsQueuedAfterTheHintsCollection) {
+  gcp_test::fake_clock clock;
+  gcp_test::fake_device dev(clock, 64 * MiB);
+  d::device_lag lag;
+  dev.launch(5 * ms);
+  clock.advance(0.3 * ms);
+  lag.hint(dev, nullptr, clock.now());
+  clock.advance(5.4 * ms);  // the hint's minor
+  lag.hint_ended(clock.now());
+  dev.launch(5 * ms);
+  clock.advance(0.3 * ms);
+  lag.hint(dev, nullptr, clock.now());
+  EXPECT_NEAR(lag.lag(clock.now(), 4.7 * ms), 4.4 * ms, 1e-9);
+  lag.hint_ended(clock.now());
+  lag.hint_ended(clock.now() + 1);  // only the hint's own event moves
+  EXPECT_NEAR(lag.lag(clock.now(), 4.7 * ms), 4.4 * ms, 1e-9);
+}
+
 // Before any sync measured D, the oldest pending iteration's running time
 // is the estimate: a host 8 iterations ahead of a device still in its first.
 TEST(DeviceLag, BeforeTheFirstSyncTheRunningIterationBoundsTheLag) {

@@ -64,12 +64,28 @@ class device_lag {
   // An iteration hint at host time `now`: records an event on `stream`.
   // Errors (a stream gone) are ignored: the lag is then unknown (0).
   void hint(stream_ops& ops, stream_ref stream, double now) {
+    recorded_ = false;
     if (hints_since_sync_++ == 0) first_hint_ = now;
     if (pending_.size() >= capacity) return;
     try {
       pending_.push_back(entry{&ops, ops.record(stream), now});
+      recorded_ = true;
     } catch (...) {
     }
+  }
+  // Note [The next iteration is queued after the hint]
+  // The hint recorded by hint() returned to the loop at `now`: the next
+  // iteration's work was queued after this, not after the event (the
+  // hint's own collections ran in between). Counted from the event, a
+  // minor at the first hint that outlasted the device's iteration made the
+  // next hint see no lag (its predecessor done, "queued" 6 ms ago, the
+  // guess 4.7 ms all used up) while a whole iteration was queued: on the
+  // H100 at a 256 MiB host heap, a sync every 8 iterations, that hint took
+  // no minor and the first window held two iterations of temporaries
+  // (1.02 GiB, 1.80x the oracle's peak; bench/RESULTS.md, session 13).
+  void hint_ended(double now) noexcept {
+    if (recorded_) pending_.back().at = now;
+    recorded_ = false;
   }
 
   // A sync ended at `now`, the device done with everything queued before
@@ -180,6 +196,7 @@ class device_lag {
   double queued_after_ = -1e300;
   double last_poll_ = -1e300;  // the last lag() call (or sync end)
   std::size_t hints_since_sync_ = 0;
+  bool recorded_ = false;  // the last hint() recorded pending_.back()
 };
 
 }  // namespace detail

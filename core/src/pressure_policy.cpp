@@ -209,6 +209,8 @@ class pressure_policy final : public gc_policy {
     for (std::size_t i = 0; i < device_count(); ++i)
       dev_[i].lag.hint(device(i).streams(), dev_[i].last_stream.load(std::memory_order_relaxed), t);
     hint_work();
+    const double resumed = now();  // Note [The next iteration is queued after the hint]
+    for (std::size_t i = 0; i < device_count(); ++i) dev_[i].lag.hint_ended(resumed);
     headroom_collections_ = 0;
     for (std::size_t i = 0; i < device_count(); ++i) dev_[i].backoff = 0;
     publish_fast_path();
