@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Second GPU call of 2026-12-06, session 13 (issue 20): b2523ee (Note [What a
-# cycle reclaimed]) on top of f16fa03 (Note [Finishing a cycle costs its rest]).
+# cycle reclaimed]) and the device lag's hint end (Note [The next iteration is
+# queued after the hint]) on top of f16fa03 (Note [Finishing a cycle costs its rest]).
 # Carries the same three paths as run.sh (build-gpu-base: main at 9e20329).
-#  1. verbose promote runs at 256 MiB, K = 1 and 8 (fresh process each)
+#  1. verbose promote runs at 256 MiB, K = 1 and 8, and steady at 256 MiB, K = 8
+#     (fresh process each)
 #  2. promote at 256 MiB, K = 1 and 8: base and head interleaved, 3 runs each
 #  3. the steady 256 MiB K = 1 cell in the matrix's process shape with
 #     GCPRESSURE_VERBOSE=1 (call A's first repetition there peaked at 52x)
@@ -15,6 +17,8 @@ SH="--backend cuda_async --layers 8 --d 4096 --batch 1024 --iters 320 --max-seco
 for k in 1 8; do
   timeout 30 build-gpu/examples/forward_loop $SH --verbose --policy pressure --workload promote --host-heap-mib 256 \
     --sync-every $k > $O/d/v-promote-h256-k$k.json 2> $O/d/v-promote-h256-k$k.err; done
+timeout 30 build-gpu/examples/forward_loop $SH --verbose --policy pressure --workload steady --host-heap-mib 256 \
+  --sync-every 8 > $O/d/v-steady-h256-k8.json 2> $O/d/v-steady-h256-k8.err
 gzip $O/d/*.err
 echo "verbose done at $(( $(date +%s) - T0 )) s"
 for k in 1 8; do for r in 1 2 3; do for b in build-gpu-base build-gpu; do
