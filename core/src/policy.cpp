@@ -1,6 +1,7 @@
 // The policy base: timing, counters, exposed GC time, the synchronize hint
 // and the collector half of the reclaim ladder. The "pressure" policy is in
-// pressure_policy.cpp, the baselines in baselines.cpp.
+// pressure_policy.cpp (events) and pressure_learn.cpp (what it learns), the
+// baselines in baselines.cpp.
 //
 // Note [Timing is injected]
 // Every time the base and the policies read comes from policy_options::clock

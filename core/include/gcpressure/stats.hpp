@@ -76,7 +76,7 @@ struct collection_stats {
   double hidden_gc_seconds = 0;   // gc_seconds - exposed: run while the device was still busy
   // The exposed time as the policy's GC budget counts it: exposed_gc_seconds
   // less what the device's lag is known to have hidden (Note [Charging what
-  // the lag hid], core/src/pressure_policy.cpp); equal for other policies. A
+  // the lag hid], core/src/pressure_learn.cpp); equal for other policies. A
   // central figure beside the upper bound, not a lower bound.
   double exposed_gc_seconds_charged = 0;
   // Whole-heap cycles whose slices ran back to back because memory was
