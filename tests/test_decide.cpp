@@ -399,6 +399,24 @@ TEST(DeviceLag, TheNextIterationIsQueuedAfterTheHintsCollection) {
   EXPECT_NEAR(lag.lag(clock.now(), 4.7 * ms), 4.4 * ms, 1e-9);
 }
 
+// Note [The first hint's lag]: the first hint of a run, nothing pending
+// before it and no sync yet; the host's last collection ended 0.3 ms
+// earlier, so the iteration was queued within 0.3 ms: 5.5 - 0.3 ms of the
+// guess are left. Without that bound it counted as run since time 0.
+TEST(DeviceLag, TheFirstHintsIterationWasQueuedAfterTheLastCollection) {
+  gcp_test::fake_clock clock;
+  gcp_test::fake_device dev(clock, 64 * MiB);
+  clock.advance(1.0);  // the process's set-up
+  const double collection_end = clock.now();
+  dev.launch(5.5 * ms);
+  clock.advance(0.3 * ms);
+  d::device_lag with, without;
+  with.hint(dev, nullptr, clock.now(), collection_end);
+  without.hint(dev, nullptr, clock.now());
+  EXPECT_NEAR(with.lag(clock.now(), 5.5 * ms), 5.2 * ms, 1e-9);
+  EXPECT_EQ(without.lag(clock.now(), 5.5 * ms), 0.0);
+}
+
 // Before any sync measured D, the oldest pending iteration's running time
 // is the estimate: a host 8 iterations ahead of a device still in its first.
 TEST(DeviceLag, BeforeTheFirstSyncTheRunningIterationBoundsTheLag) {

@@ -63,8 +63,23 @@ class device_lag {
 
   // An iteration hint at host time `now`: records an event on `stream`.
   // Errors (a stream gone) are ignored: the lag is then unknown (0).
-  void hint(stream_ops& ops, stream_ref stream, double now) {
+  // `resumed`: when the host last came back from blocking (the end of the
+  // policy's last collection), after which the work it has queued since is
+  // (Note [The first hint's lag]).
+  void hint(stream_ops& ops, stream_ref stream, double now, double resumed = 0) {
     recorded_ = false;
+    // Note [The first hint's lag]
+    // With nothing pending, the iteration this hint closes was queued after
+    // the last event seen done (queued_after_, Note [The oldest iteration's
+    // rest]) and after the host's last collection. Before any event or sync
+    // only the second is known: without it the first hint of a run counted
+    // its iteration as run for the whole process (queued_after_ 0) and saw
+    // no lag, so it took no minor where the guess would have hidden one. On
+    // the H100 at a 256 MiB host heap, a sync every 8 iterations, a set-up
+    // minor ended 0.3 ms before that hint (inside iteration 0); the next
+    // hint collected two iterations' temporaries: 1.02 GiB at iteration 2,
+    // 1.80x the oracle's peak (bench/RESULTS.md, session 13, call B).
+    if (pending_.empty()) queued_after_ = std::max(queued_after_, resumed);
     if (hints_since_sync_++ == 0) first_hint_ = now;
     if (pending_.size() >= capacity) return;
     try {

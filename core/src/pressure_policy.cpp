@@ -132,7 +132,7 @@ void pressure_policy::iteration() {
   // Note [The device's lag]: an event per device at every iteration hint.
   const double t = now();
   for (std::size_t i = 0; i < device_count(); ++i)
-    dev_[i].lag.hint(device(i).streams(), dev_[i].last_stream.load(std::memory_order_relaxed), t);
+    dev_[i].lag.hint(device(i).streams(), dev_[i].last_stream.load(std::memory_order_relaxed), t, last_end_);
   hint_work();
   const double resumed = now();  // Note [The next iteration is queued after the hint]
   for (std::size_t i = 0; i < device_count(); ++i) dev_[i].lag.hint_ended(resumed);
