@@ -248,7 +248,15 @@ void pressure_policy::learn_minor(const outcome& o, bool loop) {
                 tuning_.smoothing * static_cast<double>(gone) / static_cast<double>(od.young_before);
     if (od.young_before >= opts_.min_young_bytes) {  // Note [Collections that find nothing]
       if (od.reclaimed * 16 >= od.young_before) d.futile = 1.0;
-      else if (gone * 2 >= od.young_before) d.futile = std::min(d.futile * 2, tuning_.max_futile_stretch);
+      else if (gone * 2 >= od.young_before) {
+        d.futile = std::min(d.futile * 2, tuning_.max_futile_stretch);
+        if (opts_.verbose)  // the 52x repetition of session 13 is unexplained: say when this stretches
+          std::fprintf(stderr,
+                       "gcpressure[pressure]: device %zu: a minor found %s of %s young bytes gone before it ran "
+                       "(reclaimed %s): thresholds x%.0f\n",
+                       i, format_bytes(gone).c_str(), format_bytes(od.young_before).c_str(),
+                       format_bytes(od.reclaimed).c_str(), d.futile);
+      }
     }
     d.live_after = od.live_after;
     d.old = od.live_after;  // every survivor is old now
