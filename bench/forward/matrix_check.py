@@ -16,6 +16,9 @@ process, and the accounting identities every run must satisfy:
                                             promote's ring still holds some)
   peak_live_bytes >= 0.5 x hard_limit under explicit_free/burst once a
       burst ran (the burst step really holds half the hard limit at once)
+  0 <= peak_reserved_iteration <= iterations, and under explicit_free/burst
+      once a burst ran it is a burst's iteration (a multiple of the period:
+      the key says where the peak was set)
   syncs == device_count x ceil(iterations / K) with --sync-every K (K = 0:
       device_count; the loop waits every K iterations and after the last)
   iterations == --iters, or, for a run cut short by --max-seconds S after
@@ -115,6 +118,12 @@ def check(run, max_seconds):
     if run["policy"] == "explicit_free" and run["workload"] == "burst" and run["iterations"] >= BURST_EVERY and \
             run["peak_live_bytes"] < 0.5 * run["hard_limit"]:
         bad.append("burst: peak live %d < half the hard limit %d" % (run["peak_live_bytes"], run["hard_limit"]))
+    pit = run["peak_reserved_iteration"]
+    if pit < 0 or pit > run["iterations"]:
+        bad.append("peak_reserved_iteration %d outside [0, %d]" % (pit, run["iterations"]))
+    if run["policy"] == "explicit_free" and run["workload"] == "burst" and run["iterations"] >= BURST_EVERY and \
+            pit % BURST_EVERY != 0:
+        bad.append("burst: the oracle's peak set at iteration %d, not at a burst (every %d)" % (pit, BURST_EVERY))
     floor = min_iterations(run, max_seconds)
     if run["iterations"] < floor:
         bad.append("%d of %d iterations%s; at least %d must run (Note [A floor for cut runs])" % (
