@@ -98,8 +98,12 @@ class device_lag {
   // H100 at a 256 MiB host heap, a sync every 8 iterations, that hint took
   // no minor and the first window held two iterations of temporaries
   // (1.02 GiB, 1.80x the oracle's peak; bench/RESULTS.md, session 13).
+  // Its event may be done and polled away already (the hint's own minor
+  // outlasted the device's work): then nothing is pending and the next
+  // iteration's work is queued after `now` (queued_after_).
   void hint_ended(double now) noexcept {
-    if (recorded_) pending_.back().at = now;
+    if (pending_.empty()) queued_after_ = std::max(queued_after_, now);
+    else if (recorded_) pending_.back().at = now;  // the newest: only all of them pop it
     recorded_ = false;
   }
 
@@ -199,6 +203,7 @@ class device_lag {
   void clear() noexcept {
     for (const entry& e : pending_) e.ops->release(e.event);
     pending_.clear();
+    recorded_ = false;
   }
 
   std::deque<entry> pending_;
