@@ -429,6 +429,18 @@ TEST(DeviceLag, TheFirstHintsIterationWasQueuedAfterTheLastCollection) {
   without.hint(dev, nullptr, clock.now());
   EXPECT_NEAR(with.lag(clock.now(), 5.5 * ms), 5.2 * ms, 1e-9);
   EXPECT_EQ(without.lag(clock.now(), 5.5 * ms), 0.0);
+  // Once an event was seen done, a collection's end no longer bounds the
+  // next iteration (it may have come after kernels the device ran during
+  // it): here the bound stays the first hint's, and no lag is counted (5.2
+  // ms if the late collection's end counted).
+  clock.advance(10 * ms);
+  EXPECT_EQ(with.lag(clock.now(), 5.5 * ms), 0.0);
+  dev.launch(5.5 * ms);
+  clock.advance(0.3 * ms);
+  const double late_collection_end = clock.now();
+  clock.advance(0.3 * ms);
+  with.hint(dev, nullptr, clock.now(), late_collection_end);
+  EXPECT_EQ(with.lag(clock.now(), 5.5 * ms), 0.0);
 }
 
 // Before any sync measured D, the oldest pending iteration's running time

@@ -71,15 +71,18 @@ class device_lag {
     // Note [The first hint's lag]
     // With nothing pending, the iteration this hint closes was queued after
     // the last event seen done (queued_after_, Note [The oldest iteration's
-    // rest]) and after the host's last collection. Before any event or sync
-    // only the second is known: without it the first hint of a run counted
-    // its iteration as run for the whole process (queued_after_ 0) and saw
-    // no lag, so it took no minor where the guess would have hidden one. On
+    // rest]). Before any event was seen done or any sync ended nothing
+    // bounds it, and the first hint of a run counted its iteration as run
+    // for the whole process and saw no lag, so it took no minor where the
+    // guess would have hidden one. There, and only there, the host's last
+    // collection bounds it (the host queued nothing while it collected;
+    // later, a collection inside an iteration may follow kernels the device
+    // ran meanwhile, and queued_after_ is known anyway). On
     // the H100 at a 256 MiB host heap, a sync every 8 iterations, a set-up
     // minor ended 0.3 ms before that hint (inside iteration 0); the next
     // hint collected two iterations' temporaries: 1.02 GiB at iteration 2,
     // 1.80x the oracle's peak (bench/RESULTS.md, session 13, call B).
-    if (pending_.empty()) queued_after_ = std::max(queued_after_, resumed);
+    if (pending_.empty() && queued_after_ == k_never) queued_after_ = resumed;
     if (hints_since_sync_++ == 0) first_hint_ = now;
     if (pending_.size() >= capacity) return;
     try {
@@ -213,8 +216,9 @@ class device_lag {
   double done_seen_ = 0;  // when the last event was seen done (or a sync ended)
   // The host time at which the oldest pending iteration's work began to be
   // queued: the hint before it, or the last sync's end (0: unknown).
-  double queued_after_ = -1e300;
-  double last_poll_ = -1e300;  // the last lag() call (or sync end)
+  static constexpr double k_never = -1e300;
+  double queued_after_ = k_never;
+  double last_poll_ = k_never;  // the last lag() call (or sync end)
   std::size_t hints_since_sync_ = 0;
   bool recorded_ = false;  // the last hint() recorded pending_.back()
 };

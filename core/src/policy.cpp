@@ -153,7 +153,7 @@ void gc_policy::sample_after(outcome& o) const {
   // A device added since sample_before (or no sample at all): nothing of
   // its was reclaimed by this collection.
   for (std::size_t i = o.devices.size(), n = devices_.size(); i < n; ++i)
-    o.devices.push_back(device_outcome{devices_[i]->live_bytes(), 0, 0, 0});
+    o.devices.push_back(device_outcome{devices_[i]->live_bytes(), 0, 0, devices_[i]->since_mark()});
   o.live_after = o.reclaimed = 0;
   for (std::size_t i = 0; i < o.devices.size(); ++i) {
     device_outcome& d = o.devices[i];
