@@ -114,6 +114,19 @@ std::uint64_t cycles(const gcp::collection_stats& g) {
   return g.by_kind[static_cast<int>(gcp::gc_kind::incremental_full)];
 }
 
+// A collector whose minors take `minor` seconds and whose whole-heap cycles
+// take `slices` slices of `slice` seconds, under a loop whose arrays live
+// `lifetime` iterations (promoted garbage for the cycles to find).
+loop_shape promoting(world& w, double minor, double slice, int slices, int iterations, int lifetime) {
+  w.gc.minor_seconds = minor;
+  w.gc.slice_seconds = slice;
+  w.gc.slices_per_full = slices;
+  loop_shape s;
+  s.iterations = iterations;
+  s.lifetime = lifetime;
+  return s;
+}
+
 }  // namespace
 
 // The slack is the device time left when the host has nothing left to do:
@@ -376,12 +389,7 @@ TEST(SyncSchedule, IdleSyncsCollectWhatIsDueWithinTheBudget) {
 // stays bounded instead of climbing.
 TEST(SyncSchedule, PromotedGarbageIsReclaimedByCyclesInDeviceTime) {
   world w("pressure", 2048 * MiB, 1536 * MiB);
-  w.gc.minor_seconds = 1 * ms;
-  w.gc.slice_seconds = 0.5 * ms;
-  w.gc.slices_per_full = 6;
-  loop_shape s;
-  s.iterations = 400;
-  s.lifetime = 4;
+  const loop_shape s = promoting(w, 1 * ms, 0.5 * ms, 6, 400, 4);
   run_loop(w, s);
   const auto g = w.stats();
   SCOPED_TRACE(gcp::to_text(w.alloc.stats()));
@@ -401,12 +409,7 @@ TEST(SyncSchedule, PromotedGarbageIsReclaimedByCyclesInDeviceTime) {
 // need).
 TEST(SyncSchedule, ReclaimedBytesAccountForEveryFreeOfASlicedCycle) {
   world w("pressure", 2048 * MiB, 1536 * MiB);
-  w.gc.minor_seconds = 1 * ms;
-  w.gc.slice_seconds = 0.5 * ms;
-  w.gc.slices_per_full = 40;  // a cycle spans several iterations' syncs
-  loop_shape s;
-  s.iterations = 300;
-  s.lifetime = 4;
+  const loop_shape s = promoting(w, 1 * ms, 0.5 * ms, 40, 300, 4);  // a cycle spans several syncs
   run_loop(w, s);
   w.policy->finish_cycle();
   const auto st = w.alloc.stats();
@@ -733,13 +736,8 @@ TEST(LagSchedule, IdleSyncsDoNotTestTheGuess) {
 // bytes it holds meanwhile (2176 MiB peak, under the 3 GiB soft limit).
 TEST(SyncSchedule, ACycleInProgressRunsOnInTheDevicesTime) {
   world w("pressure", 4096 * MiB, 3072 * MiB);
-  w.gc.minor_seconds = 1 * ms;
-  w.gc.slice_seconds = 1 * ms;
-  w.gc.slices_per_full = 120;
+  const loop_shape s = promoting(w, 1 * ms, 1 * ms, 120, 400, 6);
   build_model(w);
-  loop_shape s;
-  s.iterations = 400;
-  s.lifetime = 6;
   run_loop(w, s);
   const auto g = w.stats();
   SCOPED_TRACE(gcp::to_text(w.alloc.stats()));
