@@ -201,9 +201,9 @@ inline pressure_decision decide(const pressure_snapshot& s, const pressure_tunin
     // Finishing a cycle at an allocation runs its rest back to back,
     // exposed: the young bytes that pay for that are the budget rule's at
     // the rest's length, not at a minor's. Priced as a minor (a 3 ms pause
-    // where 130-170 ms of marking remained), every whole-heap cycle of the
+    // where 130-170 ms of marking remained), the whole-heap cycles of the
     // promote workload on the H100 (256 MiB host heap, a sync every
-    // iteration) was finished back to back once 11 iterations of young
+    // iteration) were finished back to back once 11 iterations of young
     // bytes had piled up: 127-168 ms blocking in 5 of 6 runs, 1.09x the
     // oracle's time (bench/RESULTS.md, 2026-12-06 session 12).
     const double finish = s.minor_cycle ? s.pause : std::max(s.pause, s.cycle_rest);
