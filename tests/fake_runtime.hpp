@@ -46,7 +46,14 @@ class fake_clock final : public gcp::clock_source {
  public:
   double now() const noexcept override {
     std::lock_guard<std::mutex> lk(mu_);
+    t_ += tick_;
     return t_;
+  }
+  // Every read advances the clock by `s`: the microseconds a real host
+  // spends between two reads (0: time moves only by advance).
+  void set_tick(double s) {
+    std::lock_guard<std::mutex> lk(mu_);
+    tick_ = s;
   }
   void advance(double s) {
     std::lock_guard<std::mutex> lk(mu_);
@@ -59,7 +66,8 @@ class fake_clock final : public gcp::clock_source {
 
  private:
   mutable std::mutex mu_;
-  double t_ = 1000.0;
+  mutable double t_ = 1000.0;
+  double tick_ = 0;
 };
 
 // A device with one queue of work measured in fake seconds: launch(s) queues

@@ -376,15 +376,22 @@ TEST(DeviceLag, PendingIterationsTimesTheDevicesTimePerIteration) {
   EXPECT_EQ(lag.lag(clock.now()), 0.0);
 }
 
-// Note [The next iteration is queued after the hint]: a 5.4 ms minor at
-// the first hint, longer than the device's 5 ms iteration; the next
-// iteration is queued after it, in 0.3 ms. At the next hint its event is
-// the only one pending and it has run at most 0.3 ms: 4.7 - 0.3 ms of the
-// guess are left (counted from the first hint's event: 0).
+// Note [The next iteration is queued after the hint]: the device's time
+// measured (5 ms), a 5.4 ms minor at a hint, longer than the device's
+// iteration; the next iteration is queued after it, in 0.3 ms. At the next
+// hint its event is the only one pending and it has run at most 0.3 ms:
+// 5 - 0.3 ms are left (counted from the first hint's event: 0).
 TEST(DeviceLag, TheNextIterationIsQueuedAfterTheHintsCollection) {
   gcp_test::fake_clock clock;
   gcp_test::fake_device dev(clock, 64 * MiB);
   d::device_lag lag;
+  dev.launch(5 * ms);
+  lag.hint(dev, nullptr, clock.now());
+  auto ev = dev.record(nullptr);
+  dev.synchronize(ev);
+  dev.release(ev);
+  lag.synced(clock.now(), true, clock.now());
+  ASSERT_NEAR(lag.per_hint(), 5 * ms, 1e-9);
   dev.launch(5 * ms);
   clock.advance(0.3 * ms);
   lag.hint(dev, nullptr, clock.now());
@@ -393,10 +400,10 @@ TEST(DeviceLag, TheNextIterationIsQueuedAfterTheHintsCollection) {
   dev.launch(5 * ms);
   clock.advance(0.3 * ms);
   lag.hint(dev, nullptr, clock.now());
-  EXPECT_NEAR(lag.lag(clock.now(), 4.7 * ms), 4.4 * ms, 1e-9);
+  EXPECT_NEAR(lag.lag(clock.now()), 4.7 * ms, 1e-9);
   lag.hint_ended(clock.now());
   lag.hint_ended(clock.now() + 1);  // only the hint's own event moves
-  EXPECT_NEAR(lag.lag(clock.now(), 4.7 * ms), 4.4 * ms, 1e-9);
+  EXPECT_NEAR(lag.lag(clock.now()), 4.7 * ms, 1e-9);
   // The hint's event polled away during its own minor (the device finished
   // meanwhile): nothing pending is touched (ASan: a use after free once),
   // and the next iteration counts from the hint's end.
@@ -404,43 +411,73 @@ TEST(DeviceLag, TheNextIterationIsQueuedAfterTheHintsCollection) {
   clock.advance(0.3 * ms);
   lag.hint(dev, nullptr, clock.now());
   clock.advance(20 * ms);  // the hint's minor outlasts everything queued
-  EXPECT_EQ(lag.lag(clock.now(), 4.7 * ms), 0.0);
+  EXPECT_EQ(lag.lag(clock.now()), 0.0);
   ASSERT_EQ(lag.pending(), 0u);
   lag.hint_ended(clock.now());
   dev.launch(5 * ms);
   clock.advance(0.3 * ms);
   lag.hint(dev, nullptr, clock.now());
-  EXPECT_NEAR(lag.lag(clock.now(), 4.7 * ms), 4.4 * ms, 1e-9);
+  EXPECT_NEAR(lag.lag(clock.now()), 4.7 * ms, 1e-9);
 }
 
-// Note [The first hint's lag]: the first hint of a run, nothing pending
-// before it and no sync yet; the host's last collection ended 0.3 ms
-// earlier, so the iteration was queued within 0.3 ms: 5.5 - 0.3 ms of the
-// guess are left. Without that bound it counted as run since time 0.
-TEST(DeviceLag, TheFirstHintsIterationWasQueuedAfterTheLastCollection) {
+// Note [The guess is what a queued iteration leaves]: before a sync
+// measured the device's time, one iteration queued in 0.5 ms behind an
+// idle device leaves the whole guess at its hint (5.5 - 0.5 ms when the
+// guess was counted from when the host began queueing, as it was, so a
+// 5.5 ms minor never fitted), and the guess less the time since its hint
+// later. This holds for the run's first hint too, nothing having been
+// seen done before it.
+TEST(DeviceLag, AGuessIsTheWorkLeftWhenTheHostHasQueuedAnIteration) {
   gcp_test::fake_clock clock;
   gcp_test::fake_device dev(clock, 64 * MiB);
   clock.advance(1.0);  // the process's set-up
-  const double collection_end = clock.now();
+  d::device_lag lag;
   dev.launch(5.5 * ms);
-  clock.advance(0.3 * ms);
-  d::device_lag with, without;
-  with.hint(dev, nullptr, clock.now(), collection_end);
-  without.hint(dev, nullptr, clock.now());
-  EXPECT_NEAR(with.lag(clock.now(), 5.5 * ms), 5.2 * ms, 1e-9);
-  EXPECT_EQ(without.lag(clock.now(), 5.5 * ms), 0.0);
-  // Once an event was seen done, a collection's end no longer bounds the
-  // next iteration (it may have come after kernels the device ran during
-  // it): here the bound stays the first hint's, and no lag is counted (5.2
-  // ms if the late collection's end counted).
+  clock.advance(0.5 * ms);
+  lag.hint(dev, nullptr, clock.now());
+  EXPECT_NEAR(lag.lag(clock.now(), 5.5 * ms), 5.5 * ms, 1e-9);
+  clock.advance(2 * ms);
+  EXPECT_NEAR(lag.lag(clock.now(), 5.5 * ms), 3.5 * ms, 1e-9);
+  // The hint's minor outlasts the device's work; the next iteration is
+  // queued after it in 0.5 ms: the whole guess again.
   clock.advance(10 * ms);
-  EXPECT_EQ(with.lag(clock.now(), 5.5 * ms), 0.0);
+  EXPECT_EQ(lag.lag(clock.now(), 5.5 * ms), 0.0);
+  lag.hint_ended(clock.now());
   dev.launch(5.5 * ms);
-  clock.advance(0.3 * ms);
-  const double late_collection_end = clock.now();
-  clock.advance(0.3 * ms);
-  with.hint(dev, nullptr, clock.now(), late_collection_end);
-  EXPECT_EQ(with.lag(clock.now(), 5.5 * ms), 0.0);
+  clock.advance(0.5 * ms);
+  lag.hint(dev, nullptr, clock.now());
+  EXPECT_NEAR(lag.lag(clock.now(), 5.5 * ms), 5.5 * ms, 1e-9);
+  // Guessing stopped (Note [A guess before the first sync]): no lag.
+  EXPECT_EQ(lag.lag(clock.now(), 0), 0.0);
+  // A host that collected 4 ms while it queued the next iteration gave the
+  // device that long: 1.5 ms of the guess left at its hint. A collection at
+  // the hint (before hint_ended) is not the next iteration's.
+  lag.hint_ended(clock.now());
+  clock.advance(10 * ms);
+  dev.launch(5.5 * ms);
+  clock.advance(0.2 * ms);
+  lag.host_paused(4 * ms);
+  clock.advance(4 * ms);
+  lag.hint(dev, nullptr, clock.now());
+  EXPECT_NEAR(lag.lag(clock.now(), 5.5 * ms), 1.5 * ms, 1e-9);
+  clock.advance(10 * ms);
+  EXPECT_EQ(lag.lag(clock.now(), 5.5 * ms), 0.0);
+  lag.host_paused(3 * ms);  // the hint's minor
+  lag.hint_ended(clock.now());
+  dev.launch(5.5 * ms);
+  clock.advance(0.5 * ms);
+  lag.hint(dev, nullptr, clock.now());
+  EXPECT_NEAR(lag.lag(clock.now(), 5.5 * ms), 5.5 * ms, 1e-9);
+  // Once a sync measured the device's time, the rest is counted from when
+  // the host began queueing (Note [The oldest iteration's rest]).
+  auto ev = dev.record(nullptr);
+  dev.synchronize(ev);
+  dev.release(ev);
+  lag.synced(clock.now(), true, clock.now());
+  dev.launch(5.5 * ms);
+  clock.advance(0.5 * ms);
+  lag.hint(dev, nullptr, clock.now());
+  EXPECT_NEAR(lag.lag(clock.now(), 50 * ms), lag.per_hint() - 0.5 * ms, 1e-9);
 }
 
 // Before any sync measured D, the oldest pending iteration's running time
@@ -482,8 +519,10 @@ TEST(DeviceLag, AGuessStandsInForTheTimePerIterationUntilASyncMeasuresIt) {
   }
   EXPECT_FALSE(lag.measured());
   EXPECT_NEAR(lag.lag(clock.now()), 2 * 0.2 * ms, 1e-9);  // the running bound
-  EXPECT_NEAR(lag.lag(clock.now(), 2 * ms), 2 * 2 * ms, 1e-9);
-  clock.advance(3 * ms);  // the running bound passes the guess
+  // Two iterations at the guess and the oldest's rest: the guess less the
+  // 0.2 ms since its hint (Note [The guess is what a queued iteration leaves]).
+  EXPECT_NEAR(lag.lag(clock.now(), 2 * ms), 2 * 2 * ms + 1.8 * ms, 1e-9);
+  clock.advance(3 * ms);  // the running bound passes the guess; the rest is spent
   EXPECT_NEAR(lag.lag(clock.now(), 2 * ms), 2 * 3.2 * ms, 1e-9);
   auto ev = dev.record(nullptr);
   dev.synchronize(ev);

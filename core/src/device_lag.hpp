@@ -52,8 +52,10 @@ namespace detail {
 // 2.25 GiB of young bytes: the run's peak, 2.80 GiB, 5.0x the oracle's
 // (the matrix's median 5.37x; bench/RESULTS.md 2026-12-06). Halving gives "three iterations" after two refutations; on the
 // fake clock (16 ms minors, 4.8 ms iterations) the first window's peak went
-// from 10 iterations of temporaries to 6 at K = 8, and from 3 to 2 at K = 1
-// with 4 ms minors, where the first busy sync had no estimate of its slack.
+// from 10 iterations of temporaries to 6 at K = 8 (7 since the guess is
+// tested at the first hint: Note [The guess is what a queued iteration
+// leaves]), and from 3 to 2 at K = 1 with 4 ms minors, where the first busy
+// sync had no estimate of its slack.
 // Not thread-safe: used under the policy's collection lock.
 class device_lag {
  public:
@@ -63,34 +65,20 @@ class device_lag {
 
   // An iteration hint at host time `now`: records an event on `stream`.
   // Errors (a stream gone) are ignored: the lag is then unknown (0).
-  // `resumed`: when the host last came back from blocking (the end of the
-  // policy's last collection), after which the work it has queued since is
-  // (Note [The first hint's lag]).
-  void hint(stream_ops& ops, stream_ref stream, double now, double resumed = 0) {
+  void hint(stream_ops& ops, stream_ref stream, double now) {
     recorded_ = false;
-    // Note [The first hint's lag]
-    // With nothing pending, the iteration this hint closes was queued after
-    // the last event seen done (queued_after_, Note [The oldest iteration's
-    // rest]). Before any event was seen done or any sync ended nothing
-    // bounds it, and the first hint of a run counted its iteration as run
-    // for the whole process and saw no lag, so it took no minor where the
-    // guess would have hidden one. There, and only there, the host's last
-    // collection bounds it (the host queued nothing while it collected;
-    // later, a collection inside an iteration may follow kernels the device
-    // ran meanwhile, and queued_after_ is known anyway). On
-    // the H100 at a 256 MiB host heap, a sync every 8 iterations, a set-up
-    // minor ended 0.3 ms before that hint (inside iteration 0); the next
-    // hint collected two iterations' temporaries: 1.02 GiB at iteration 2,
-    // 1.80x the oracle's peak (bench/RESULTS.md, session 13, call B).
-    if (pending_.empty() && queued_after_ == k_never) queued_after_ = resumed;
     if (hints_since_sync_++ == 0) first_hint_ = now;
     if (pending_.size() >= capacity) return;
     try {
-      pending_.push_back(entry{&ops, ops.record(stream), now});
+      pending_.push_back(entry{&ops, ops.record(stream), now, now, paused_});
       recorded_ = true;
     } catch (...) {
     }
+    paused_ = 0;
   }
+  // The host collected for `seconds` while it queued the iteration after
+  // the newest hint (Note [The guess is what a queued iteration leaves]).
+  void host_paused(double seconds) noexcept { paused_ += seconds; }
   // Note [The next iteration is queued after the hint]
   // The hint recorded by hint() returned to the loop at `now`: the next
   // iteration's work was queued after this, not after the event (the
@@ -105,6 +93,7 @@ class device_lag {
   // outlasted the device's work): then nothing is pending and the next
   // iteration's work is queued after `now` (queued_after_).
   void hint_ended(double now) noexcept {
+    paused_ = 0;  // the hint's own collections came before the next iteration
     if (pending_.empty()) queued_after_ = std::max(queued_after_, now);
     else if (recorded_) pending_.back().at = now;  // the newest: only all of them pop it
     recorded_ = false;
@@ -139,6 +128,7 @@ class device_lag {
     // The next window starts when the host queues again: the sync's return.
     last_sync_end_ = done_seen_ = queued_after_ = last_poll_ = now;
     hints_since_sync_ = 0;
+    paused_ = 0;
     clear();
   }
 
@@ -167,7 +157,26 @@ class device_lag {
     // iteration queued: at heap 0 on the H200 its minors skipped that hint
     // and held two iterations of temporaries (2.08x the oracle's peak at
     // K = 8, 1.44x at K = 1).
-    const double rest = std::max(0.0, per - (now - queued_after_));
+    // Note [The guess is what a queued iteration leaves]
+    // Unmeasured, the guess is the device work an iteration leaves queued
+    // when the host has queued it (at its hint): "the iteration just queued
+    // hides a minor". Counted like a measured time from when the host began
+    // queueing, it was always spent by the host's own queueing (0.5 ms of
+    // the H100 loop's), so one pending iteration never hid a minor: the
+    // first window waited for two. On the H100 at a 256 MiB host heap, a
+    // sync every 8 iterations, the second hint saw 3.57 ms of a 4.07 ms
+    // guess, took no minor, and the third collected two iterations'
+    // temporaries (1.80-1.86x the oracle's peak, at iteration 3, in all six
+    // runs at K = 8 of the first call;
+    // the true lag was ~5 ms, the minor 2.7 ms; bench/RESULTS.md, session 14).
+    // A host that collected while it queued the iteration gave the device
+    // that long to run it: the guess less that is left at the hint (a set-up
+    // minor inside the first iteration, 4.2 ms, let the device finish it;
+    // the hint's minor, taken on the whole guess, was exposed and halved it,
+    // and the next minor came three iterations later: 2.30x, session 14).
+    const entry& oldest = pending_.front();
+    const double rest = per_hint_ > 0 ? std::max(0.0, per - (now - queued_after_))
+                                      : std::max(0.0, guess - oldest.paused - (now - oldest.hinted));
     if (pending_.size() < 2) return rest;
     // The oldest pending iteration started at the latest when the one before
     // it was seen done (or the device was idle: a sync), or when it was
@@ -194,7 +203,9 @@ class device_lag {
   struct entry {
     stream_ops* ops;
     event_ref event;
-    double at;
+    double at;      // when the host went on queueing after its hint (hint_ended)
+    double hinted;  // the hint's time
+    double paused;  // the host's collections while it queued this iteration
   };
   static bool done(const entry& e) {
     try {
@@ -220,6 +231,7 @@ class device_lag {
   double queued_after_ = k_never;
   double last_poll_ = k_never;  // the last lag() call (or sync end)
   std::size_t hints_since_sync_ = 0;
+  double paused_ = 0;  // the host's collections since the newest hint ended
   bool recorded_ = false;  // the last hint() recorded pending_.back()
 };
 

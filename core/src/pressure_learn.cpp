@@ -227,7 +227,8 @@ void pressure_policy::charge_minor(const outcome& o) {
 void pressure_policy::learn_minor(const outcome& o, bool loop) {
   learn_rate(o);
   // Note [A guess before the first sync]: a minor taken as hidden on the
-  // guess that was a quarter exposed or more halves it.
+  // guess that was a quarter exposed or more halves it (the probe cannot
+  // say how much of a minor the device hid: Note [Charging what the lag hid]).
   if (minor_on_guess_ && charged_exposed() - exposed_at_minor_start_ > 0.25 * o.seconds)
     lag_guess_share_ = lag_guess_share_ > 1.0 / 16 ? lag_guess_share_ / 2 : 0;
   minor_on_guess_ = false;

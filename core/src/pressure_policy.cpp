@@ -104,6 +104,8 @@ void pressure_policy::before_allocate(device_allocator& a, std::size_t bytes, st
   // collection ends means the host ran ahead and the collection was hidden
   // (Note [Exposed GC time]).
   device_probe probe(*this, stream, &a);
+  const bool device_busy = probe.busy();  // else it runs nothing while the host collects
+  const double t0 = now();
   if (dec.action == pressure_action::finish_cycle) {
     finish_cycle(gc_reason::early);
   } else if (dec.action == pressure_action::step_cycle) {
@@ -122,6 +124,8 @@ void pressure_policy::before_allocate(device_allocator& a, std::size_t bytes, st
     d.backoff = od.reclaimed * 4 < od.young_before ? std::max(d.backoff * 2, opts_.min_young_bytes) : 0;
     finish_minor(o, gc_reason::early);
   }
+  const double paused = device_busy ? now() - t0 : 0;  // Note [The guess is what a queued iteration leaves]
+  for (std::size_t j = 0; j < device_count(); ++j) dev_[j].lag.host_paused(paused);
   publish_fast_path();
   probe.rethrow();
 }
@@ -132,8 +136,8 @@ void pressure_policy::iteration() {
   // Note [The device's lag]: an event per device at every iteration hint.
   const double t = now();
   for (std::size_t i = 0; i < device_count(); ++i)
-    dev_[i].lag.hint(device(i).streams(), dev_[i].last_stream.load(std::memory_order_relaxed), t, last_end_);
-  hint_work();
+    dev_[i].lag.hint(device(i).streams(), dev_[i].last_stream.load(std::memory_order_relaxed), t);
+  hint_work(t);
   const double resumed = now();  // Note [The next iteration is queued after the hint]
   for (std::size_t i = 0; i < device_count(); ++i) dev_[i].lag.hint_ended(resumed);
   headroom_collections_ = 0;
@@ -149,7 +153,7 @@ void pressure_policy::quiet_moment(bool will_block) {
     const double t0 = now(), slack = slack_estimate();
     block_work([&] { return now() - t0 < slack; });
   } else {
-    hint_work();
+    hint_work(now());
   }
   publish_fast_path();
 }
@@ -211,8 +215,9 @@ detail::device_snapshot pressure_policy::device_view(std::size_t i, std::size_t 
   return v;
 }
 
-// The model's inputs at `event` for device i (under the collection lock).
-detail::pressure_snapshot pressure_policy::snapshot(std::size_t i, pressure_event event, std::size_t bytes) {
+// The model's inputs at `event` for device i (under the collection lock);
+// `at`: the event's time, if not now (Note [A hint decides at its time]).
+detail::pressure_snapshot pressure_policy::snapshot(std::size_t i, pressure_event event, std::size_t bytes, double at) {
   detail::pressure_snapshot s;
   s.event = event;
   s.device = i;
@@ -231,7 +236,7 @@ detail::pressure_snapshot pressure_policy::snapshot(std::size_t i, pressure_even
   // at syncs run whole]); its exposed part is pause - slack.
   s.lag = event == pressure_event::sync ? slack_estimate() : 0;
   // Note [A guess before the first sync]
-  const double t = now(), guess = lag_guess_share_ * s.pause;
+  const double t = at >= 0 ? at : now(), guess = lag_guess_share_ * s.pause;
   lag_guessed_ = false;
   for (std::size_t j = 0; j < device_count(); ++j) {
     double lag = dev_[j].lag.lag(t, guess);
@@ -259,8 +264,17 @@ detail::pressure_snapshot pressure_policy::snapshot(std::size_t i, pressure_even
   return s;
 }
 
-// An iteration hint or a quiet moment that will not block.
-void pressure_policy::hint_work() {
+// An iteration hint or a quiet moment that will not block, at host time
+// `at`.
+// Note [A hint decides at its time]
+// A hint's decisions read the lag at the hint's own time, not a few
+// microseconds later when the policy gets to them: before a sync measured
+// the device, the lag of one queued iteration is the guess, a predicted
+// minor's length (Note [The guess is what a queued iteration leaves]), and
+// read later it was always that minor less the policy's own microseconds:
+// not hidden. On the H100 (1 GiB host heap, a sync every 8) the first hint
+// read 22.384 ms of lag against a 22.388 ms minor.
+void pressure_policy::hint_work(double at) {
   // Note [Quiet moments defer to syncs]: a loop that synchronizes gets its
   // exposed collections at its syncs, where the device hides part of
   // them; only hidden ones run at hints. A loop syncs if a sync came
@@ -275,10 +289,9 @@ void pressure_policy::hint_work() {
 
   bool minor = false, step = false, on_guess = false;
   double lag_known = 0;  // the lag the minor runs against (Note [Charging what the lag hid])
-  const double t_hint = now();
   for (std::size_t i = 0; i < device_count(); ++i) {
-    learn_stretch(i, t_hint);
-    const detail::pressure_snapshot snap = snapshot(i, pressure_event::hint, 0);
+    learn_stretch(i, at);
+    const detail::pressure_snapshot snap = snapshot(i, pressure_event::hint, 0, at);
     const detail::pressure_decision dec = detail::decide(snap, tuning_);
     if (opts_.verbose && dec.action == pressure_action::minor)
       std::fprintf(stderr,

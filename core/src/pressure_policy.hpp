@@ -65,8 +65,8 @@ class pressure_policy final : public gc_policy {
   std::size_t young_of(std::size_t i) const noexcept { return device(i).since_mark(); }
   std::size_t young_all() const noexcept;
   detail::device_snapshot device_view(std::size_t i, std::size_t bytes) const;
-  detail::pressure_snapshot snapshot(std::size_t i, pressure_event event, std::size_t bytes);
-  void hint_work();
+  detail::pressure_snapshot snapshot(std::size_t i, pressure_event event, std::size_t bytes, double at = -1);
+  void hint_work(double at);
   bool sync_due(bool idle, bool* on_guess);
   void block_work(const std::function<bool()>& device_busy);
   bool nothing_due(std::size_t i, device_allocator& a, std::size_t bytes) const noexcept;
