@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fifth GPU call of 2026-12-06, session 14 (issue 20), trimmed to the device
 # time left: Note [The guess is what a queued iteration leaves] (with the
-# host's pauses) and Note [A hint decides at its time] (build-gpu, working
-# tree on 80de63e) against 80de63e (build-gpu-base), interleaved per cell,
+# host's pauses) and Note [A hint decides at its time] (build-gpu = 4de8cc3,
+# the commit of both) against 80de63e (build-gpu-base), interleaved per cell,
 # the matrix's process shape (pressure and the oracle, 3 repetitions per
 # process); then the new build's 256 MiB, K = 8 with --verbose.
 export LD_LIBRARY_PATH=$PWD/build-gpu/runtime-libs
