@@ -7,128 +7,19 @@
 // exposed vs hidden GC time (Note [Exposed GC time]), the two young budgets
 // (Note [Two young budgets]), promoted garbage and whole-heap cycles (Note
 // [Generations of device bytes]), the storm bound (Note [No collection
-// storms]) and the runtime's own collections.
+// storms]) and the runtime's own collections. The schedule against the
+// device's lag (loops that sync every K iterations, the guess before the
+// first sync) is test_lag_schedule.cpp's; the fake world, schedule_world.hpp.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <deque>
-#include <memory>
 #include <string>
 
-#include "fake_runtime.hpp"
-#include "gcpressure/allocator.hpp"
-#include "gcpressure/policy.hpp"
-#include "gcpressure/stats.hpp"
-#include "test_support.hpp"
+#include "schedule_world.hpp"
 
 namespace gcp = gcpressure;
-using gcp_test::fake_clock;
-using gcp_test::fake_collector;
-using gcp_test::fake_device;
-using gcp_test::host_limits;
-
-namespace {
-
-constexpr double ms = 1e-3;
-
-// One process: clock, device, collector, allocator, policy.
-struct world {
-  fake_clock clock;
-  fake_device dev{clock, std::size_t{4} << 30};
-  fake_collector gc;
-  gcp::device_allocator alloc;
-  std::unique_ptr<gcp::gc_policy> policy;
-  std::size_t peak_live = 0;
-  std::size_t steady_peak = 0;  // from loop_shape::steady_from on
-  std::size_t early_peak = 0;   // before it
-
-  world(const std::string& name, std::size_t hard, std::size_t soft, gcp::policy_options po = {})
-      : alloc(dev, host_limits(hard, soft)) {
-    gc.bind(alloc);
-    gc.clock = &clock;
-    po.clock = &clock;
-    policy = gcp::make_policy(name, alloc, gc, po);
-  }
-  ~world() {
-    policy.reset();
-    gc.release_all();
-  }
-  int make(std::size_t bytes) {
-    const int id = gc.track(alloc.allocate(bytes), bytes);
-    peak_live = std::max(peak_live, alloc.live_bytes());
-    return id;
-  }
-  gcp::collection_stats stats() const { return alloc.stats().gc; }
-};
-
-// A GPU-bound loop: per iteration `arrays` arrays of `bytes`, each launching
-// `device_s` of device work after `host_s` of host work; arrays live
-// `lifetime` iterations (0: dropped at once); then the iteration hint and a
-// synchronize (sync = false: a CPU-bound loop that never waits).
-struct loop_shape {
-  int iterations = 200, arrays = 8;
-  std::size_t bytes = 4 * MiB;
-  double host_s = 0.05 * ms, device_s = 0.6 * ms;
-  int lifetime = 0;
-  bool sync = true;
-  bool host_computes = false;  // with sync: the host runs the device work itself, syncs find it idle
-  int sync_every = 1;  // synchronize every K iterations (forward_loop --sync-every)
-  int steady_from = 0;  // world::steady_peak counts from this iteration on
-};
-
-void run_loop(world& w, const loop_shape& s) {
-  std::deque<std::pair<int, int>> alive;  // (iteration it dies at, id)
-  for (int it = 0; it < s.iterations; ++it) {
-    for (int k = 0; k < s.arrays; ++k) {
-      w.clock.advance(s.host_s);
-      const int id = w.make(s.bytes);
-      std::size_t& peak = it >= s.steady_from ? w.steady_peak : w.early_peak;
-      peak = std::max(peak, w.alloc.live_bytes());
-      if (s.sync && !s.host_computes) w.dev.launch(s.device_s);
-      else w.clock.advance(s.device_s);  // the host computes itself
-      if (s.lifetime == 0) w.gc.drop(id);
-      else alive.emplace_back(it + s.lifetime, id);
-    }
-    while (!alive.empty() && alive.front().first <= it) {
-      w.gc.drop(alive.front().second);
-      alive.pop_front();
-    }
-    w.policy->iteration();
-    if (s.sync && ((it + 1) % s.sync_every == 0 || it + 1 == s.iterations)) w.policy->synchronize(nullptr);
-  }
-  for (auto& [_, id] : alive) w.gc.drop(id);
-}
-
-std::uint64_t minors(const gcp::collection_stats& g) { return g.by_kind[static_cast<int>(gcp::gc_kind::minor)]; }
-
-// A model of 64 MiB built before the loop (kept): its minors teach the
-// policy the collector's cost, as a model's construction does.
-void build_model(world& w) {
-  for (int m = 0; m < 16; ++m) {
-    w.clock.advance(1 * ms);
-    w.make(4 * MiB);
-  }
-}
-std::uint64_t cycles(const gcp::collection_stats& g) {
-  return g.by_kind[static_cast<int>(gcp::gc_kind::incremental_full)];
-}
-
-// A collector whose minors take `minor` seconds and whose whole-heap cycles
-// take `slices` slices of `slice` seconds, under a loop whose arrays live
-// `lifetime` iterations (promoted garbage for the cycles to find).
-loop_shape promoting(world& w, double minor, double slice, int slices, int iterations, int lifetime) {
-  w.gc.minor_seconds = minor;
-  w.gc.slice_seconds = slice;
-  w.gc.slices_per_full = slices;
-  loop_shape s;
-  s.iterations = iterations;
-  s.lifetime = lifetime;
-  return s;
-}
-
-}  // namespace
+using namespace gcp_test;  // the fake world (schedule_world.hpp)
 
 // The slack is the device time left when the host has nothing left to do:
 // here 8 x 0.6 ms of device work against 8 x 0.05 ms of host work.
@@ -215,79 +106,6 @@ TEST(SyncSchedule, ExposedTimeStaysWithinTheBudgetWhenMinorsExceedTheSlack) {
   // the loop's true loss (the stats' exposed_gc_seconds_charged).
   EXPECT_LT(g.exposed_gc_seconds_charged, 0.75 * g.exposed_gc_seconds);
   EXPECT_NEAR(g.exposed_gc_seconds_charged, lost, 0.25 * lost);
-  EXPECT_EQ(w.alloc.stats().ooms, 0u);
-}
-
-// Note [The device's lag]: a loop that syncs every 8 iterations leaves the
-// host ahead of the device. A 6 ms minor against 4.8 ms of device work per
-// iteration fits in no single iteration's slack (at K = 1 it is exposed, and
-// the budget spaces minors out), but in the lag of the iterations queued
-// ahead: minors run at allocations and hints, hidden, every iteration or
-// two, and the loop is as fast as the device.
-TEST(LagSchedule, MinorsRunHiddenInTheLagOfALoopThatSyncsEvery8) {
-  std::size_t steady8 = 0;
-  const auto run = [&steady8](int k, gcp::collection_stats* g, std::size_t* peak, double* wall) {
-    world w("pressure", 4096 * MiB, 3072 * MiB);
-    w.gc.minor_seconds = 6 * ms;
-    loop_shape s;
-    s.iterations = 400;
-    s.sync_every = k;
-    s.steady_from = 2 * k;
-    run_loop(w, s);
-    *g = w.stats();
-    *peak = w.peak_live;
-    if (k == 8) steady8 = w.steady_peak;
-    *wall = w.policy->wall_seconds();
-    EXPECT_EQ(w.alloc.stats().ooms, 0u);
-  };
-  gcp::collection_stats g1, g8;
-  std::size_t peak1 = 0, peak8 = 0;
-  double wall1 = 0, wall8 = 0;
-  run(1, &g1, &peak1, &wall1);
-  run(8, &g8, &peak8, &wall8);
-  SCOPED_TRACE("minors " + std::to_string(minors(g8)) + ", exposed " + std::to_string(g8.exposed_gc_seconds));
-  // The device's time: 400 x 8 x 0.6 ms.
-  const double device = 400 * 8 * 0.6 * ms;
-  EXPECT_LE(wall8, 1.02 * device) << "collections slowed a loop that had lag to hide them";
-  EXPECT_GT(minors(g8), 400u / 3);
-  EXPECT_LE(g8.exposed_gc_seconds, 0.01 * wall8);
-  EXPECT_GT(g8.hidden_gc_seconds, 100 * 6 * ms);
-  // One iteration of temporaries is 32 MiB and the device takes 4.8 ms for
-  // one: a 6 ms minor is hidden only with two iterations or more queued
-  // behind the one running, so after the first two windows minors run
-  // every other iteration and keep at most three iterations' temporaries.
-  // Before, up to seven (the lag is unknown until the first sync: the guess
-  // of Note [A guess before the first sync], "a minor fits in an iteration",
-  // is refuted by the third minor). K = 1 keeps many more.
-  EXPECT_LE(steady8, 3 * 32 * MiB);
-  EXPECT_LE(peak8, 7 * 32 * MiB);
-  EXPECT_LT(peak8 * 2, peak1) << "K=1 peak " << peak1;
-}
-
-// Note [A guess before the first sync]: a loop that never syncs (but at its
-// end) on a device barely slower than the host (0.9 ms per iteration
-// against 0.8 ms of host work) has two iterations queued now and then; the
-// guess "a 6 ms minor fits in an iteration" is wrong there, and each minor
-// taken on it is exposed. Each refutation halves the guess, and the fifth
-// ends it: exposed GC time stays within the budget plus eight minors (the
-// two that learn the cost at the start, five refutations, one for the
-// budget's granularity: 42 ms measured; 36 ms when the first refutation
-// ended the guess); without refutations every such moment exposed one (39
-// minors, 0.234 s).
-TEST(LagSchedule, AWrongGuessOfTheLagCostsAFewExposedMinors) {
-  world w("pressure", 4096 * MiB, 3072 * MiB);
-  w.gc.minor_seconds = 6 * ms;
-  loop_shape s;
-  s.iterations = 300;
-  s.host_s = 0.1 * ms;
-  s.device_s = 0.1125 * ms;
-  s.sync_every = s.iterations;
-  run_loop(w, s);
-  const auto g = w.stats();
-  SCOPED_TRACE(gcp::to_text(w.alloc.stats()));
-  const double wall = w.policy->wall_seconds();
-  EXPECT_GT(minors(g), 2u);
-  EXPECT_LE(g.exposed_gc_seconds, 0.05 * wall + 8 * w.gc.minor_seconds);
   EXPECT_EQ(w.alloc.stats().ooms, 0u);
 }
 
@@ -649,116 +467,6 @@ TEST(Verbose, AnAllocationTimeCollectionSaysWhy) {
   EXPECT_NE(err.find("early on device 0: young "), std::string::npos) << err;
   EXPECT_NE(err.find("threshold 1.00 MiB (floor 1.00 MiB"), std::string::npos) << err;
   EXPECT_NE(err.find("futile x1, headroom "), std::string::npos) << err;
-}
-
-// Note [A guess before the first sync]: a refuted guess halves. A model of
-// 64 MiB is built first (its minors teach the cost: 16 ms, or 4 ms), then
-// the loop queues 32 MiB a 4.8 ms iteration. With 16 ms minors and a sync
-// every 8 iterations the first window's guess "a minor fits in an
-// iteration" is wrong; stopping at once left the window with only the
-// host-paced bound: 10 iterations of temporaries before its second minor
-// (12 x 32 MiB live with the model); halving keeps it to 7 (6 while one
-// queued iteration never hid a minor and the guess was first tested a hint
-// later, with two queued: Note [The guess is what a queued iteration
-// leaves] moves the refutation to the first hint). With 4 ms minors and a
-// sync every iteration the first busy sync had no estimate of its slack and
-// skipped: 4 x 32 MiB live; the guess there makes it 3.
-TEST(LagSchedule, ARefutedGuessHalvesAndTheFirstBusySyncUsesIt) {
-  const auto early = [](double minor, int k) {
-    world w("pressure", 4096 * MiB, 3072 * MiB);
-    w.gc.minor_seconds = minor * ms;
-    build_model(w);
-    loop_shape s;
-    s.iterations = 4 * k;
-    s.sync_every = k;
-    s.steady_from = s.iterations;  // everything is the first windows
-    run_loop(w, s);
-    EXPECT_EQ(w.alloc.stats().ooms, 0u);
-    return w.early_peak;
-  };
-  EXPECT_LE(early(16, 8), 9 * 32 * MiB);
-  EXPECT_LE(early(4, 1), 3 * 32 * MiB);
-}
-
-// Note [The guess is what a queued iteration leaves]: the H100's first
-// window at a 256 MiB host heap, a sync every 8 iterations. The model's
-// minors teach 4 ms; the loop's cost 2.5 ms against 5.5 ms of device work
-// an iteration queued in 0.5 ms. The hint after the first loop minor has one
-// iteration queued, which hides a 4 ms minor: one iteration of temporaries
-// is held. With the guess spent by the host's queueing (3.5 of 4 ms left) it
-// took no minor and the next hint collected two. Each clock read takes a
-// microsecond, as on a host: Note [A hint decides at its time] (read after
-// the hint, the lag was the guess less a few microseconds: not hidden).
-TEST(LagSchedule, TheIterationJustQueuedHidesAMinorBeforeTheFirstSync) {
-  gcp::policy_options po;
-  po.verbose = std::getenv("GCP_TEST_VERBOSE") != nullptr;
-  world w("pressure", 4096 * MiB, 3072 * MiB, po);
-  w.gc.minor_seconds = 4 * ms;
-  build_model(w);
-  w.gc.minor_seconds = 2.5 * ms;
-  w.clock.set_tick(1e-6);
-  loop_shape s;
-  s.iterations = 16;
-  s.sync_every = 8;
-  s.host_s = 0.0625 * ms;
-  s.device_s = 0.6875 * ms;
-  s.steady_from = s.iterations;
-  run_loop(w, s);
-  EXPECT_LE(w.early_peak, 64 * MiB + 32 * MiB + 4 * MiB);
-  EXPECT_EQ(w.alloc.stats().ooms, 0u);
-}
-
-// Note [A lag the device did not have]: 25 ms minors against 5.5 ms
-// iterations, a sync every 8. The loop's time per hint, stretched by minors
-// that starved the device, made every hint's lag 25.7-32.3 ms where the
-// device had less than a minor queued: each minor was exposed and charged
-// nothing, and the loop took 1.27x the device's time. A minor that refutes
-// the lag shrinks the device's time per iteration and is charged whole.
-TEST(LagSchedule, AMinorTheLagShouldHaveHiddenCorrectsTheLag) {
-  world w("pressure", 4096 * MiB, 3072 * MiB);
-  w.gc.minor_seconds = 25 * ms;
-  build_model(w);
-  loop_shape s;
-  s.iterations = 320;
-  s.sync_every = 8;
-  s.host_s = 0.0625 * ms;
-  s.device_s = 0.6875 * ms;
-  run_loop(w, s);
-  const double device = 320 * 8 * 0.6875 * ms;
-  SCOPED_TRACE(gcp::to_text(w.alloc.stats()));
-  EXPECT_LE(w.policy->wall_seconds(), 1.08 * device);
-  EXPECT_GT(minors(w.stats()), 320u / 16);
-  EXPECT_EQ(w.alloc.stats().ooms, 0u);
-}
-
-// Note [A guess before the first sync]: a minor at a sync whose device is
-// already done is not taken on the guess and does not test it. A loop that
-// first computes on the host (its syncs find the device idle; minors run
-// there, exposed) keeps the guess for when its device work starts: the
-// first window of the device-bound phase then holds what it holds with no
-// host phase before it (9 x 32 MiB with the model, as in
-// ARefutedGuessHalvesAndTheFirstBusySyncUsesIt). When idle syncs halved the
-// guess (3 of the host phase's minors: to an eighth), the window held one
-// iteration more (9 x 32 MiB, measured before Note [The guess is what a
-// queued iteration leaves]).
-TEST(LagSchedule, IdleSyncsDoNotTestTheGuess) {
-  world w("pressure", 4096 * MiB, 3072 * MiB);
-  w.gc.minor_seconds = 16 * ms;
-  build_model(w);
-  loop_shape host;
-  host.iterations = 120;
-  host.host_computes = true;
-  run_loop(w, host);
-  const auto before = minors(w.stats());
-  ASSERT_GE(before, 3u) << "the host phase should collect at its idle syncs";
-  w.early_peak = 0;
-  loop_shape s;
-  s.iterations = 32;
-  s.sync_every = 8;
-  s.steady_from = s.iterations;
-  run_loop(w, s);
-  EXPECT_LE(w.early_peak, 9 * 32 * MiB);
-  EXPECT_EQ(w.alloc.stats().ooms, 0u);
 }
 
 // Note [Finishing a cycle costs its rest]: promoted garbage (arrays that
