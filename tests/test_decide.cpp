@@ -2,7 +2,7 @@
 // over an explicit model], core/src/pressure_model.hpp): decide() is pure,
 // so each rule is checked on a hand-made snapshot; the device's lag
 // (Note [The device's lag], core/src/device_lag.hpp) on the fake clock and
-// device. The schedule these rules make in a loop is in test_schedule.cpp.
+// device. The schedule these rules make in a loop is in test_schedule.cpp and test_lag_schedule.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
