@@ -167,8 +167,8 @@ class device_lag {
     // sync every 8 iterations, the second hint saw 3.57 ms of a 4.07 ms
     // guess, took no minor, and the third collected two iterations'
     // temporaries (1.80-1.86x the oracle's peak, at iteration 3, in all six
-    // runs at K = 8 of the first call;
-    // the true lag was ~5 ms, the minor 2.7 ms; bench/RESULTS.md, session 14).
+    // runs at K = 8 of the first call; the true lag was ~5 ms, the minor
+    // 2.7 ms; bench/RESULTS.md, session 14).
     // A host that collected while it queued the iteration gave the device
     // that long to run it: the guess less that is left at the hint (a set-up
     // minor inside the first iteration, 4.2 ms, let the device finish it;
