@@ -52,9 +52,62 @@
 
 namespace gcpressure::detail {
 
+// Note [The budget starts with the loop]
+// The exposed budget is a share of the loop's wall time: it starts at the
+// first hint or sync, and the collections before it (a program's set-up,
+// allocating what stays live) are reported, not charged. Charged, they
+// starved the loop's first iterations: on the H100 (256 MiB host heap, a
+// sync every iteration; bench/RESULTS.md, 2026-12-06 session 15) five
+// set-up minors that found nothing (5-9 ms each, exposed: no lag yet) were
+// 30-41 ms of debt against a few ms of loop wall, so the first syncs
+// counted no lag (usable_lag) and waited for the budget rule's young bytes:
+// 2.5-7.5 GiB, 10-30 iterations of temporaries, the repetitions' peaks
+// (4.5-14.7x the oracle's). A program that never hints nor syncs keeps
+// the whole run's share.
+void pressure_policy::start_budget() {
+  if (loop_started_ >= 0) return;
+  loop_started_ = now();
+  exposed_before_loop_ = charged_exposed();
+}
+
+double pressure_policy::budget_exposed() const noexcept {
+  return charged_exposed() - (loop_started_ >= 0 ? exposed_before_loop_ : 0);
+}
+
+double pressure_policy::budget_wall() const noexcept {
+  return loop_started_ >= 0 ? now() - loop_started_ : wall_seconds();
+}
+
+// Note [A budget of one second]
+// What a decision may still spend (usable_lag) is a bucket: it fills at
+// gc_budget seconds per second of the loop's wall and holds at most a
+// second's worth (budget_horizon_seconds); it starts with two predicted
+// pauses. Counted from the loop's start with nothing in hand, the first
+// exposed minor left the loop in debt for twenty times its length (a 6 ms
+// minor on the guess, charged whole: the next 22 syncs of a 5.5 ms
+// iteration counted no lag and collected at the budget rule's 700 MiB of
+// young bytes; LagSchedule.SetUpCollectionsDoNotStarveTheLoopsFirstSyncs).
+// Starting full, a short loop overspent by up to a second's budget
+// (LagSchedule.AWrongGuessOfTheLagCostsAFewExposedMinors: 84 ms exposed in
+// 0.3 s). A cap of two pauses was too small for a loop whose exposed and
+// hidden minors alternate: the surplus overflowed between two exposed
+// minors (FutileCollections.GarbageAfterAFutileStretchIsCollectedAsBefore:
+// 3x the footprint). `forgiven_` is the surplus the cap took away (the
+// running maximum of surplus - cap, from surplus - the start's two
+// pauses); the decision sees it as spent.
+double pressure_policy::budget_spent(double pause) {
+  const double spent = budget_exposed(), surplus = opts_.gc_budget * budget_wall() - spent;
+  if (pause <= 0) return spent;  // no cost known: no decision reads it (usable_lag)
+  const double cap = opts_.gc_budget * tuning_.budget_horizon_seconds;
+  if (!bucket_started_) forgiven_ = surplus - std::min(cap, 2 * pause);
+  bucket_started_ = true;
+  forgiven_ = std::max(forgiven_, surplus - cap);
+  return spent + forgiven_;
+}
+
 double pressure_policy::exposed_fraction() const {
-  const double wall = wall_seconds();
-  return wall > 0 ? charged_exposed() / wall : 0;
+  const double wall = budget_wall();
+  return wall > 0 ? budget_exposed() / wall : 0;
 }
 
 // --verbose: why an allocation-time collection was taken, with every term

@@ -54,6 +54,7 @@ struct pressure_tuning {
   double smoothing = 0.25;               // weight of a new sample in every learned average
   double refresh_seconds = 0.1;          // devices' free memory is read at most this often
   double rate_horizon_seconds = 0.5;     // Note [The allocation rate is per wall second]
+  double budget_horizon_seconds = 1.0;   // Note [A budget of one second]: the bucket holds gc_budget x this
   static pressure_tuning from(const policy_options& o) {
     pressure_tuning t;
     t.gc_budget = o.gc_budget;
@@ -172,12 +173,14 @@ inline std::size_t young_threshold(const device_snapshot& d, bool cost_known, do
   return static_cast<std::size_t>(std::min(b, headroom(d, t)));
 }
 
-// The lag a decision may count on: all of it while the exposed budget
-// allows the exposed part, none (the budget rule) once it does not.
+// The lag a decision may count on: all of it while the exposed budget is
+// not spent, none (the budget rule) once it is. A collection may overspend
+// it by its own exposed part: the budget starts with the loop (Note [The
+// budget starts with the loop]), when there is no wall yet to pay for any.
 inline double usable_lag(const pressure_snapshot& s, const pressure_tuning& t) {
   const double exposed = s.cost_known ? exposed_part(s.pause, s.lag) : 0;
   if (exposed <= 0 || s.wall <= 0) return s.lag;
-  return (s.exposed + exposed) / s.wall > t.gc_budget ? 0 : s.lag;
+  return s.exposed > t.gc_budget * s.wall ? 0 : s.lag;
 }
 
 // Note [One decision over an explicit model]: what to do at `s.event`.

@@ -133,6 +133,7 @@ void pressure_policy::before_allocate(device_allocator& a, std::size_t bytes, st
 void pressure_policy::iteration() {
   std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
   if (!lk.owns_lock()) return;  // another thread's collection: its counters stay
+  start_budget();  // Note [The budget starts with the loop]
   // Note [The device's lag]: an event per device at every iteration hint.
   const double t = now();
   for (std::size_t i = 0; i < device_count(); ++i)
@@ -148,6 +149,7 @@ void pressure_policy::iteration() {
 void pressure_policy::quiet_moment(bool will_block) {
   std::unique_lock<std::recursive_timed_mutex> lk(collect_mu_, std::try_to_lock);
   if (!lk.owns_lock()) return;
+  start_budget();
   if (will_block) {
     // No stream to poll: assume the device is busy for the smoothed slack.
     const double t0 = now(), slack = slack_estimate();
@@ -168,6 +170,7 @@ void pressure_policy::device_added(std::size_t) {
 // whole-heap cycle slice by slice, each stopping short of the end of the
 // expected slack so that the work stays hidden (Note [Sliced cycles]).
 void pressure_policy::before_block(device_allocator&, const std::function<bool()>& device_busy) {
+  start_budget();
   block_work(device_busy);
   publish_fast_path();
 }
@@ -181,6 +184,7 @@ void pressure_policy::before_block(device_allocator&, const std::function<bool()
 // for the headroom (10.7-11.5 MiB young under a 12 MiB soft limit: 6x
 // the oracle's peak on steady).
 void pressure_policy::at_idle_sync(device_allocator&) {
+  start_budget();
   block_work([] { return false; });
   publish_fast_path();
 }
@@ -246,8 +250,8 @@ detail::pressure_snapshot pressure_policy::snapshot(std::size_t i, pressure_even
     lag_guessed_ = lag_guessed_ || (!dev_[j].lag.measured() && lag > s.lag && guess > 0);
     s.lag = std::max(s.lag, lag);
   }
-  s.exposed = charged_exposed();
-  s.wall = wall_seconds();
+  s.exposed = budget_spent(s.pause);  // Note [The budget starts with the loop], Note [A budget of one second]
+  s.wall = budget_wall();
   s.headroom_collections = headroom_collections_;
   s.cycle = cycle_active();
   s.minor_cycle = minor_cycle_active();
@@ -326,6 +330,13 @@ bool pressure_policy::sync_due(bool idle, bool* on_guess) {
     detail::pressure_snapshot s = snapshot(i, pressure_event::sync, 0);
     if (idle) s.lag = 0;
     const detail::pressure_decision dec = detail::decide(s, tuning_);
+    if (opts_.verbose && dec.action != pressure_action::minor && s.dev.young >= tuning_.min_young_bytes)
+      std::fprintf(stderr,  // the 52x repetitions (RESULTS.md, 2026-12-06 session 15): why a sync waits
+                   "gcpressure[pressure]: at a sync, no minor on device %zu: young %s, threshold %s, predicted "
+                   "minor %.3f ms, lag %.3f ms%s, rate %s/s, yield %.2f, futile x%.0f, exposed %.1f ms of %.1f ms\n",
+                   i, format_bytes(s.dev.young).c_str(), format_bytes(dec.threshold).c_str(), s.pause * 1e3,
+                   s.lag * 1e3, idle ? " (idle)" : "", format_bytes(static_cast<std::size_t>(s.dev.rate)).c_str(),
+                   s.dev.yield, s.dev.futile, s.exposed * 1e3, s.wall * 1e3);
     if (dec.action != pressure_action::minor) continue;
     *on_guess = !idle && dec.hidden && lag_guessed_;
     return true;

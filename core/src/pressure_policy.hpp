@@ -74,6 +74,10 @@ class pressure_policy final : public gc_policy {
   void publish_fast_path() noexcept;
 
   // The learning side (pressure_learn.cpp).
+  void start_budget();
+  double budget_exposed() const noexcept;
+  double budget_wall() const noexcept;
+  double budget_spent(double pause);
   double exposed_fraction() const;
   void explain_early(const detail::pressure_snapshot& s, const detail::pressure_decision& dec) const;
   void refresh_device();
@@ -109,6 +113,9 @@ class pressure_policy final : public gc_policy {
   double lag_guess_share_ = 1;      // the guess, x the predicted pause (Note [A guess before the first sync])
   double full_cost_ = 0, full_wall_ = 0;
   double cycle_started_ = 0, exposed_at_cycle_start_ = 0;
+  double loop_started_ = -1, exposed_before_loop_ = 0;  // Note [The budget starts with the loop]
+  double forgiven_ = 0;  // Note [A budget of one second]: the surplus it cannot keep
+  bool bucket_started_ = false;
   // A cycle that found less than a quarter of the suspected garbage doubles
   // the suspicion the next one needs (the live set grew instead).
   double full_backoff_ = 1;
