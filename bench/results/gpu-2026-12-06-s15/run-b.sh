@@ -12,6 +12,7 @@ O=$OUT; T0=$(date +%s)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > $O/gpu.txt
 P="POLICIES=pressure,explicit_free"
 for cell in "256 1" "256 8" "1024 8" "256 1" "256 8" "1024 1"; do
+  [ $(( $(date +%s) - T0 )) -lt 200 ] || break  # device time: what is left after failed starts
   set -- $cell
   for v in base new; do
     b=build-gpu; [ $v = base ] && b=build-gpu-base
@@ -24,17 +25,19 @@ done
 (cd $O && tar czf ab.tgz ab gpu.txt && rm -rf ab)
 mkdir -p $O/v
 for k in 1 8 1 8; do
+  [ $(( $(date +%s) - T0 )) -lt 270 ] || break
+  n=v-h256-k$k-$(date +%s)
   timeout 30 build-gpu/examples/forward_loop --backend cuda_async --layers 8 --d 4096 --batch 1024 --iters 320 --max-seconds 2 \
     --json --quiet --verbose --policy pressure,explicit_free --reps 3 --workload steady --host-heap-mib 256 --sync-every $k \
-    > $O/v/v-h256-k$k-$(date +%s).json 2> $O/v/v-h256-k$k-$(date +%s).err
+    > $O/v/$n.json 2> $O/v/$n.err
 done
 gzip $O/v/*.err; (cd $O && tar czf v.tgz v && rm -rf v)
 echo "verbose done at $(( $(date +%s) - T0 )) s"
 mkdir -p $O/x
-env POLICIES=pressure,cudajl,explicit_free WORKLOADS=promote,burst,varied HEAPS=256 SYNC_EVERY=1 TIMEOUT=90 bash bench/h200_matrix.sh build-gpu $O/x 320 3 2>&1 | grep heap
+[ $(( $(date +%s) - T0 )) -lt 300 ] && env POLICIES=pressure,cudajl,explicit_free WORKLOADS=promote,burst,varied HEAPS=256 SYNC_EVERY=1 TIMEOUT=90 bash bench/h200_matrix.sh build-gpu $O/x 320 3 2>&1 | grep heap
 (cd $O && tar czf x.tgz x && rm -rf x)
 echo "extras done at $(( $(date +%s) - T0 )) s"
-if [ $(( $(date +%s) - T0 )) -lt 470 ]; then
+if [ $(( $(date +%s) - T0 )) -lt 360 ]; then
   OUT=$O/py DEADLINE=60 timeout 100 bash examples/python/h200_python.sh build-gpu/examples/torch/libgcpressure_torch.so > /dev/null 2>&1
   (cd $O && tar czf py.tgz py && rm -rf py)
 fi
