@@ -28,6 +28,8 @@ class cost_model {
     ema_ = ema_ > 0 ? 0.75 * ema_ + 0.25 * x : x;
     if (samples_.size() == 16) samples_.erase(samples_.begin());
     samples_.emplace_back(young, x);
+    max_young_ = 0;
+    for (const auto& smp : samples_) max_young_ = std::max(max_young_, smp.first);
   }
   bool known() const noexcept { return !samples_.empty(); }
   double mean() const noexcept { return ema_; }
@@ -79,6 +81,18 @@ class cost_model {
     *a = sy / n;
     const double den = n * sxx - sx * sx;
     if (kept.size() < k_min_fit || den <= 1e-9 * n * sxx) return;
+    // Note [A slope needs young bytes that differ]: samples whose young
+    // bytes span less than a factor of k_min_spread (3) cannot tell a per-byte
+    // cost from jitter: two clusters (most minors at one size, a few at
+    // another that happened to be slower) fit any slope with a high R^2.
+    // On the host backend minors at 1.25-2.25 MiB of young (3-4 ms each)
+    // fitted 10 ms per MiB and priced a 2.5 MiB minor at 24.8 ms.
+    double lo = kept.front().first, hi = lo;
+    for (const auto& smp : kept) {
+      lo = std::min(lo, smp.first);
+      hi = std::max(hi, smp.first);
+    }
+    if (hi < k_min_spread * lo) return;
     const double slope = (n * sxy - sx * sy) / den;
     if (slope <= 0) return;
     const double intercept = (sy - slope * sx) / n;
@@ -91,17 +105,32 @@ class cost_model {
     *b = slope;
     *a = std::max(0.0, intercept);
   }
+  // Note [A fit does not run away]
+  // The per-byte part is trusted up to twice the largest young bytes among
+  // the samples; beyond that a minor is priced as there. The budget rule
+  // asks for young >= rate x (pause(young) - lag) / budget: with the pause
+  // extrapolated along a slope steeper than budget / rate, the threshold
+  // grew faster than the young bytes and no minor came until the headroom.
+  // On the host backend (256 MiB host heap, 64 MiB hard limit, a sync every
+  // 8) a slope fitted over minors at 1.25-2.25 MiB priced a 16 MiB minor at
+  // 28.7 ms (they took 3-4 ms): young bytes ran to the soft limit, 9-19x
+  // the oracle's peak in 2 of 24 repetitions (bench/RESULTS.md, 2026-12-06
+  // session 15; that slope is now refused: Note [A slope needs young bytes
+  // that differ]). Capped, the threshold is finite, and the minor it brings
+  // is a sample further out: a real slope is learned step by step.
   double predict(double young) const {
     double a, b;
     fit(&a, &b);
-    return a + b * young;
+    return a + b * std::min(young, 2 * max_young_);
   }
 
  private:
   static constexpr std::size_t k_min_fit = 8;
   static constexpr double k_min_r2 = 0.5;
+  static constexpr double k_min_spread = 3;  // Note [A slope needs young bytes that differ]
   std::vector<std::pair<double, double>> samples_;
   double ema_ = 0;
+  double max_young_ = 0;  // Note [A fit does not run away]
   std::uint64_t seen_ = 0;
 };
 

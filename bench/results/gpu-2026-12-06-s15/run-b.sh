@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Second GPU call of 2026-12-06, session 15 (issues 20, 22): Note [The
-# budget starts with the loop] + Note [A budget of one second] (build-gpu,
-# the working tree after b0368ea) against b0368ea (build-gpu-base), each
+# budget starts with the loop] + Note [A budget of one second] (852fd88) and
+# Note [A slope needs young bytes that differ] + Note [A fit does not run
+# away] (build-gpu, the working tree after 2ab3b16) against b0368ea (build-gpu-base), each
 # cell's two processes back to back (pressure and the oracle, 3 repetitions
 # a process, the matrix's shape); the 256 MiB cells twice (the 52x
 # repetitions); then --verbose (new, 256 MiB, K = 1 and 8, two processes
