@@ -120,16 +120,23 @@ TEST(CostModel, ADecreasingFitIsAFixedCost) {
   EXPECT_NEAR(a, 245e-6, 1e-12);  // the mean of 300 ... 190 us
 }
 
+// 16 minors at lo, lo + step, ... lo + 4 step MiB of young bytes whose
+// times climb 1.5 ms per MiB, +-0.1 ms (after the skipped first sample).
+gcpressure::detail::cost_model steep(double lo, double step) {
+  gcpressure::detail::cost_model m;
+  m.add(0, 1.0);  // skipped
+  for (int i = 0; i < 16; ++i) {
+    const double young = (lo + (i % 5) * step) * kMiB;
+    m.add(young, 0.7e-3 + 1.5e-3 * young / kMiB + (i % 2 ? 0.1e-3 : -0.1e-3));
+  }
+  return m;
+}
+
 // Note [A slope needs young bytes that differ]: minors at 1.25-2.25 MiB of
 // young bytes whose times happen to climb with them (the host backend's CI
 // shape: 2.7-4.5 ms) are a fixed cost, not a steep slope.
 TEST(CostModel, ASlopeOverYoungBytesThatBarelyDifferIsAFixedCost) {
-  gcpressure::detail::cost_model m;
-  m.add(0, 1.0);  // skipped
-  for (int i = 0; i < 16; ++i) {
-    const double young = (1.25 + (i % 5) * 0.25) * kMiB;
-    m.add(young, 0.7e-3 + 1.5e-3 * young / kMiB + (i % 2 ? 0.1e-3 : -0.1e-3));
-  }
+  const auto m = steep(1.25, 0.25);
   double a = 0, b = 0;
   m.fit(&a, &b);
   EXPECT_DOUBLE_EQ(b, 0);
@@ -140,12 +147,7 @@ TEST(CostModel, ASlopeOverYoungBytesThatBarelyDifferIsAFixedCost) {
 // factor of 3 or more holds up to twice the largest of them, and is flat
 // beyond.
 TEST(CostModel, AFitIsNotExtrapolatedPastTwiceItsSamples) {
-  gcpressure::detail::cost_model m;
-  m.add(0, 1.0);  // skipped
-  for (int i = 0; i < 16; ++i) {
-    const double young = (0.5 + (i % 5) * 0.5) * kMiB;
-    m.add(young, 0.7e-3 + 1.5e-3 * young / kMiB + (i % 2 ? 0.1e-3 : -0.1e-3));
-  }
+  auto m = steep(0.5, 0.5);
   double a = 0, b = 0;
   m.fit(&a, &b);
   ASSERT_GT(b * kMiB, 1e-3) << "the samples are meant to fit a steep slope";

@@ -72,11 +72,14 @@ class cost_model {
       if (s.second <= cap) kept.push_back(s);
     const double n = static_cast<double>(kept.size());
     double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    double lo = kept.front().first, hi = lo;  // Note [A slope needs young bytes that differ]
     for (const auto& [x, y] : kept) {
       sx += x;
       sy += y;
       sxx += x * x;
       sxy += x * y;
+      lo = std::min(lo, x);
+      hi = std::max(hi, x);
     }
     *a = sy / n;
     const double den = n * sxx - sx * sx;
@@ -87,11 +90,6 @@ class cost_model {
     // another that happened to be slower) fit any slope with a high R^2.
     // On the host backend minors at 1.25-2.25 MiB of young (3-4 ms each)
     // fitted 10 ms per MiB and priced a 2.5 MiB minor at 24.8 ms.
-    double lo = kept.front().first, hi = lo;
-    for (const auto& smp : kept) {
-      lo = std::min(lo, smp.first);
-      hi = std::max(hi, smp.first);
-    }
     if (hi < k_min_spread * lo) return;
     const double slope = (n * sxy - sx * sy) / den;
     if (slope <= 0) return;
