@@ -74,9 +74,9 @@ struct thread_result {
   settle(h, [&] { return h.allocator().live_bytes() == 0; }, 2000ms);
   std::printf("[ registered threads ] after 2 full collections: %zu recorded handles live (%zu bytes), %zu not "
               "marked; released by clearing a word in a thread's stack %zu, in a global %zu, by heap growth %zu; "
-              "%zu bytes live now\n",
+              "unexplained %zu; %zu bytes live now\n",
               surv.count, surv.bytes, surv.unmarked, surv.by_stack_word, surv.by_global_word, surv.by_heap_growth,
-              h.allocator().live_bytes());
+              surv.unexplained, h.allocator().live_bytes());
   return surv;
 }
 }  // namespace
@@ -120,19 +120,23 @@ TEST(Boehm, RegisteredThreadsAllocateAndDropConcurrently) {
   // plain wait put back: a survivor held by a word of that thread's stack in
   // 51 of 60 runs beside two CPU hogs). bdwgc's mmap hint (released by heap
   // growth; Note [bdwgc's mmap hint is a root]: 10 of 1600 runs) holds one
-  // handle at most: allowed once.
+  // handle at most: allowed once. So is one that no word explains (Note [A
+  // survivor no word explains], survivors.hpp), and the accounting is then
+  // exact but for that handle.
   EXPECT_EQ(surv.unmarked, 0u) << "LOST: a live handle the collector found unreachable was not finalized";
   EXPECT_EQ(surv.by_stack_word + surv.by_global_word, 0u)
       << "a dropped handle was held by a word in a thread's stack or a global (named above)";
-  EXPECT_EQ(surv.released, surv.count) << "a live handle retained by no word found in memory (a register?)";
-  EXPECT_LE(surv.by_heap_growth, 1u) << "more than 1 of " << allocs << " handles held by bdwgc itself";
+  EXPECT_EQ(surv.released + surv.unexplained, surv.count);
+  EXPECT_LE(surv.by_heap_growth, 1u) << "more than 1 of " << allocs << " handles held by bdwgc's mmap hint";
+  EXPECT_LE(surv.unexplained, 1u) << "more than 1 of " << allocs << " handles held by no word found in memory";
+  const auto held = static_cast<std::int64_t>(surv.unexplained);
   EXPECT_EQ(s.allocations, allocs);
   EXPECT_EQ(s.ooms, ooms);
   EXPECT_EQ(ooms, 0u) << "allocations failed with 32 MiB live at most under a 64 MiB limit";
-  EXPECT_EQ(s.requested.current, 0);
-  EXPECT_EQ(s.active_blocks.current, 0);
-  EXPECT_EQ(s.frees, s.allocations);
+  EXPECT_EQ(s.requested.current, static_cast<std::int64_t>(surv.unexplained_bytes));
+  EXPECT_EQ(s.active_blocks.current, held);
+  EXPECT_EQ(s.frees + surv.unexplained, s.allocations);
   EXPECT_EQ(s.misuse_errors, 0u);
-  EXPECT_EQ(h.allocator().deferred().pushed(), allocs - unsafe_frees);
+  EXPECT_EQ(h.allocator().deferred().pushed() + surv.unexplained, allocs - unsafe_frees);
   EXPECT_EQ(s.deferred_pending, 0u);
 }

@@ -332,6 +332,7 @@ void* device_heap::data(const buffer* b) {
   const int st = b->state.load();
   if (st == released) misuse(b, "data: use after its heap shut down");
   if (st != live) misuse(b, "data: use after free");
+  if (b->slot >= detail::slot_count) misuse(b, "data: not a buffer (use after free, its memory reused)");
   const detail::slot& s = g_slots[b->slot];
   if (s.generation.load() != b->generation || !s.alloc.load()) misuse(b, "data: use after its heap shut down");
   return GC_REVEAL_POINTER(b->ptr);
@@ -340,7 +341,10 @@ void* device_heap::data(const buffer* b) {
 std::size_t device_heap::size(const buffer* b) noexcept { return b ? b->bytes : 0; }
 stream_ref device_heap::stream(const buffer* b) noexcept { return b ? b->stream : nullptr; }
 bool device_heap::is_live(const buffer* b) noexcept {
-  if (!b || b->state.load() != live) return false;
+  // A freed buffer's memory may hold another object by now: its fields are
+  // checked, never trusted as an index (seen: a test's inspection of a
+  // recorded handle, under UBSan).
+  if (!b || b->state.load() != live || b->slot >= detail::slot_count) return false;
   const detail::slot& s = g_slots[b->slot];
   return s.generation.load() == b->generation && s.alloc.load() != nullptr;  // false once its heap is gone
 }

@@ -15,7 +15,8 @@
 //   found it reachable (a finalizable object it found unreachable is marked
 //   too, but then its finalizer is queued and the settle loop runs it; a
 //   survivor that stays live after the finalizers ran was reachable).
-// - find_words() searches every readable, writable mapping for the survivor's
+// - find_words() searches every writable mapping (and anonymous read-only
+//   one: write-protected heap pages) for the survivor's
 //   address and names the mapping of each hit (a thread stack, a library's
 //   data segment, the GC heap): the stale word that retains it.
 // Not thread-safe; call with the workload's threads joined. Include after
@@ -37,6 +38,40 @@
 
 namespace gcp_rel {
 
+// libgc's own static memory: from its load address to the end of its last
+// loaded segment, .data and .bss included (the .bss tail past the file is an
+// anonymous mapping, named "anon" in a word_hit). bdwgc scans this as a root
+// except GC_arrays and GC_obj_kinds (GC_init excludes those), so a stale
+// pointer the collector keeps here (the mmap hint, Note [bdwgc's mmap hint is
+// a root] in survivors.hpp) retains an object that no program word names.
+// Found through GC_malloc's address; used to label hits.
+struct address_range {
+  std::uintptr_t lo = 0, hi = 0;
+  bool contains(std::uintptr_t a) const { return a >= lo && a < hi; }
+};
+inline address_range libgc_static_memory() {
+  struct arg_t {
+    std::uintptr_t probe;
+    address_range found;
+  } arg{reinterpret_cast<std::uintptr_t>(&GC_malloc), {}};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* p) -> int {
+        auto* a = static_cast<arg_t*>(p);
+        address_range r{UINTPTR_MAX, 0};
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const auto& ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_LOAD) continue;
+          r.lo = std::min<std::uintptr_t>(r.lo, info->dlpi_addr + ph.p_vaddr);
+          r.hi = std::max<std::uintptr_t>(r.hi, info->dlpi_addr + ph.p_vaddr + ph.p_memsz);
+        }
+        if (!r.contains(a->probe)) return 0;
+        a->found = r;
+        return 1;
+      },
+      &arg);
+  return arg.found;
+}
+
 // Every handle one thread allocated, stored hidden. One per thread.
 class handle_log {
  public:
@@ -55,15 +90,17 @@ struct word_hit {
   std::string where;       // the mapping: "[stack]", a path, or "anon lo-hi (size)"; the symbol if known
   std::size_t mapping_bytes = 0;
   bool in_gc_object = false;
+  bool writable = true;  // false: a read-only mapping (never cleared)
 };
 
 namespace detail_roots {
 struct mapping {
   std::uintptr_t lo = 0, hi = 0;
   std::string name;
+  bool writable = true;
 };
 
-inline std::vector<mapping> readable_writable_mappings() {
+inline std::vector<mapping> scanned_mappings() {
   std::vector<mapping> out;
   std::ifstream maps("/proc/self/maps");
   std::string line;
@@ -72,7 +109,10 @@ inline std::vector<mapping> readable_writable_mappings() {
     std::string range, perms, off, dev, inode, name;
     ls >> range >> perms >> off >> dev >> inode;
     std::getline(ls >> std::ws, name);
-    if (perms.size() < 2 || perms[0] != 'r' || perms[1] != 'w') continue;
+    // Read-only anonymous memory too: incremental mode write-protects GC
+    // heap pages between collections (mprotect dirty bits), and a word in a
+    // GC object there is as much a candidate as one in a writable page.
+    if (perms.size() < 2 || perms[0] != 'r' || (perms[1] != 'w' && !name.empty())) continue;
     if (name == "[vvar]" || name == "[vsyscall]" || name == "[vdso]") continue;
     mapping m;
     m.lo = std::stoull(range.substr(0, range.find('-')), nullptr, 16);
@@ -81,6 +121,7 @@ inline std::vector<mapping> readable_writable_mappings() {
     // parts of which fault when read; no program data lives there.
     if (name.empty() && m.hi - m.lo > (std::uintptr_t{1} << 36)) continue;
     m.name = name;
+    m.writable = perms[1] == 'w';
     out.push_back(m);
   }
   return out;
@@ -110,7 +151,8 @@ __attribute__((no_sanitize("address", "thread"))) void scan(const mapping& m, st
       where += info.dli_sname;
       where += " + " + std::to_string(a - reinterpret_cast<std::uintptr_t>(info.dli_saddr)) + ")";
     }
-    hits.push_back({a, w - ~target_hidden, where, m.hi - m.lo, is_gc_object(a)});
+    if (!m.writable) where += " (read-only)";
+    hits.push_back({a, w - ~target_hidden, where, m.hi - m.lo, is_gc_object(a), m.writable});
   }
 }
 }  // namespace detail_roots
@@ -127,7 +169,7 @@ std::vector<word_hit> find_words(std::uintptr_t target_hidden, std::size_t size,
   std::thread([&] {
     volatile char here = 0;
     const auto self = reinterpret_cast<std::uintptr_t>(&here);
-    for (const auto& m : detail_roots::readable_writable_mappings())
+    for (const auto& m : detail_roots::scanned_mappings())
       if (self < m.lo || self >= m.hi) detail_roots::scan(m, target_hidden, size, is_gc_object, hits);
   }).join();
   return hits;
