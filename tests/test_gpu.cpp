@@ -29,11 +29,6 @@ constexpr unsigned long long ms = 1000ull * 1000ull;  // nanoseconds
 
 bool aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % gcp::alignment == 0; }
 
-bool overlaps(const void* a, const void* b, std::size_t bytes) {
-  const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
-  return x < y + bytes && y < x + bytes;
-}
-
 // Bytes of device block `p` that differ from `value` (reads synchronously on `s`).
 // Writes a position-dependent pattern, reads it back, compares.
 void round_trip(void* p, std::size_t bytes, gcp::stream_ref s) {
@@ -205,7 +200,7 @@ void cross_stream_case(gcp::pool_resource& pool, std::size_t n, const cuda_strea
     EXPECT_EQ(count_not(p, n, 0xAB, a.s), 0u) << "the pool's cached block was written behind its back";
     q = pool.allocate(n, b.s);
   }
-  const bool reused = overlaps(p, q, n);
+  const bool reused = gcp_test::overlap(p, n, q, n);
   if (reused) {
     EXPECT_TRUE(ops.query(fill_done)) << "block of stream A handed to B while A's kernel still ran";
   }

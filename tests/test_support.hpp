@@ -432,6 +432,12 @@ std::string expect_rejected(F&& f, const std::string& context) {
   }
 }
 
+// Whether [a, a + an) and [b, b + bn) share a byte.
+inline bool overlap(const void* a, std::size_t an, const void* b, std::size_t bn) {
+  const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+  return x < y + bn && y < x + an;
+}
+
 inline bool contains(const std::string& hay, const std::string& needle) {
   return hay.find(needle) != std::string::npos;
 }
