@@ -91,6 +91,7 @@ struct word_hit {
   std::size_t mapping_bytes = 0;
   bool in_gc_object = false;
   bool writable = true;  // false: a read-only mapping (never cleared)
+  bool after_guard = false;  // its mapping has a guard page below (a thread stack's shape)
 };
 
 namespace detail_roots {
@@ -98,25 +99,35 @@ struct mapping {
   std::uintptr_t lo = 0, hi = 0;
   std::string name;
   bool writable = true;
+  bool after_guard = false;  // an anonymous no-access mapping ends where this one starts
 };
 
+// A glibc thread stack is an anonymous mapping with its guard page, an
+// anonymous no-access mapping, right below it; malloc arenas have theirs
+// above, bdwgc's scratch memory has none.
 inline std::vector<mapping> scanned_mappings() {
   std::vector<mapping> out;
   std::ifstream maps("/proc/self/maps");
   std::string line;
+  std::uintptr_t guard_end = 0;  // the end of the last anonymous ---p mapping
   while (std::getline(maps, line)) {
     std::istringstream ls(line);
     std::string range, perms, off, dev, inode, name;
     ls >> range >> perms >> off >> dev >> inode;
     std::getline(ls >> std::ws, name);
+    const std::uintptr_t lo = std::stoull(range.substr(0, range.find('-')), nullptr, 16);
+    const std::uintptr_t hi = std::stoull(range.substr(range.find('-') + 1), nullptr, 16);
+    const bool after_guard = lo == guard_end;
+    if (perms.rfind("---", 0) == 0 && name.empty()) guard_end = hi;
     // Read-only anonymous memory too: incremental mode write-protects GC
     // heap pages between collections (mprotect dirty bits), and a word in a
     // GC object there is as much a candidate as one in a writable page.
     if (perms.size() < 2 || perms[0] != 'r' || (perms[1] != 'w' && !name.empty())) continue;
     if (name == "[vvar]" || name == "[vsyscall]" || name == "[vdso]") continue;
     mapping m;
-    m.lo = std::stoull(range.substr(0, range.find('-')), nullptr, 16);
-    m.hi = std::stoull(range.substr(range.find('-') + 1), nullptr, 16);
+    m.lo = lo;
+    m.hi = hi;
+    m.after_guard = after_guard;
     // A sanitizer's shadow memory: terabytes of reserved anonymous memory,
     // parts of which fault when read; no program data lives there.
     if (name.empty() && m.hi - m.lo > (std::uintptr_t{1} << 36)) continue;
@@ -152,7 +163,7 @@ __attribute__((no_sanitize("address", "thread"))) void scan(const mapping& m, st
       where += " + " + std::to_string(a - reinterpret_cast<std::uintptr_t>(info.dli_saddr)) + ")";
     }
     if (!m.writable) where += " (read-only)";
-    hits.push_back({a, w - ~target_hidden, where, m.hi - m.lo, is_gc_object(a), m.writable});
+    hits.push_back({a, w - ~target_hidden, where, m.hi - m.lo, is_gc_object(a), m.writable, m.after_guard});
   }
 }
 }  // namespace detail_roots

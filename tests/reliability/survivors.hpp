@@ -102,8 +102,14 @@ struct handle_facts {
 // the file is an anonymous mapping, named "anon" like bdwgc's memory, and
 // whether a global such as g_kept lands there depends on the binary's layout
 // (__bss_start and _end, declared above).
+// A thread stack: the main thread's "[stack]", or an anonymous mapping of
+// 1 MiB or more with a guard page right below it (glibc's thread stacks;
+// scanned_mappings(), gc_roots.hpp). Without the guard test a 1.3 MiB
+// mapping of bdwgc's block bookkeeping was taken for one and its word
+// cleared for a collection (a 2026-12-06 ASan run: restored, no harm seen).
 inline bool in_a_thread_stack(const word_hit& w) {
-  return w.where.rfind("[stack]", 0) == 0 || (w.where.rfind("anon", 0) == 0 && w.mapping_bytes >= (std::size_t{1} << 20));
+  return w.where.rfind("[stack]", 0) == 0 ||
+         (w.where.rfind("anon", 0) == 0 && w.mapping_bytes >= (std::size_t{1} << 20) && w.after_guard);
 }
 inline bool clearable(const word_hit& w) {
   if (!w.writable || w.in_gc_object || w.where.find("libgc") != std::string::npos) return false;

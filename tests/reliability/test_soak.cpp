@@ -13,6 +13,8 @@
 #include "boehm_test_support.hpp"
 
 #include <atomic>
+#include <future>
+#include <thread>
 
 #include "reliability_support.hpp"
 #include "survivors.hpp"
@@ -248,4 +250,41 @@ TEST(Soak, SurvivorReportNamesTheRootWord) {
   EXPECT_EQ(s.released, 1u) << "clearing the global did not release the handle";
   EXPECT_EQ(g_kept, nullptr);
   EXPECT_EQ(h.allocator().live_bytes(), 0u);
+}
+
+// The same for a word in a registered thread's stack while the thread waits:
+// the report must know a thread stack when it sees one (an anonymous mapping
+// with a guard page below it: in_a_thread_stack, survivors.hpp), or a
+// handle a stack keeps would pass as unexplained (Note [A survivor no word
+// explains]), which the threaded tests allow once.
+[[gnu::noinline]] void hold_on_stack(gb::device_heap& h, gcp_rel::handle_log& log, std::promise<void>& ready,
+                                     std::shared_future<void> go) {
+  gb::thread_scope reg;
+  gb::buffer* volatile held = h.alloc(8 * KiB + 3);  // in this frame, in memory
+  log.add(held);
+  clear_stack();  // the callees' dead frames: the waits below write fresh ones
+  ready.set_value();
+  go.wait();  // parked: bdwgc scans this stack from here up; `held` may be zeroed by the report
+}
+
+TEST(Soak, SurvivorReportNamesAThreadsStackWord) {
+  gcp::allocator_options o;
+  o.backend = gcp::backend_kind::host;
+  gb::device_heap h(o, "pressure");
+  gcp_rel::handle_log log;
+  std::promise<void> ready, go;
+  const std::shared_future<void> go_f = go.get_future().share();
+  std::thread t(hold_on_stack, std::ref(h), std::ref(log), std::ref(ready), go_f);
+  ready.get_future().wait();
+  full_collect(h);
+  settle(h, [&] { return false; }, 100ms);
+  const survivors s = find_survivors(h, {&log}, "soak");
+  go.set_value();
+  t.join();
+  EXPECT_EQ(s.count, 1u);
+  EXPECT_EQ(s.unmarked, 0u);
+  EXPECT_EQ(s.by_stack_word, 1u) << "the word in the waiting thread's stack was not named as a thread stack's";
+  EXPECT_EQ(s.released, 1u);
+  EXPECT_EQ(s.unexplained, 0u);
+  EXPECT_TRUE(settle(h, [&] { return h.allocator().live_bytes() == 0; }, 2000ms));
 }
