@@ -101,7 +101,8 @@ struct handle_facts {
 // This executable's .bss (GNU ld's symbols): its tail past the last page of
 // the file is an anonymous mapping, named "anon" like bdwgc's memory, and
 // whether a global such as g_kept lands there depends on the binary's layout
-// (__bss_start and _end, declared above).
+// (__bss_start and _end, declared above). Never a read-only page.
+//
 // A thread stack: the main thread's "[stack]", or an anonymous mapping of
 // 1 MiB or more with a guard page right below it (glibc's thread stacks;
 // scanned_mappings(), gc_roots.hpp). Without the guard test a 1.3 MiB
@@ -151,8 +152,9 @@ inline bool clearable(const word_hit& w) {
 // below its heap section; words at that place sat beside every survivor of
 // issue 25's diagnostic runs, where a thread's stack word was the one that
 // retained: bdwgc's block bookkeeping, not the root. Reproduced in that ASan
-// build beside two CPU hogs: 2 of 146 runs (the mmap hint: 24), the two
-// extra words then in ASan's malloc heap, which bdwgc does not scan. Callers
+// build, two loops of the test beside a CPU hog: 3 of 451 runs (the mmap
+// hint: 78), the other words then in ASan's malloc heap, which bdwgc does
+// not scan (bench/RESULTS.md, 2026-12-06 (session 16)). Callers
 // allow one such handle: two, or one beside a stack or global word, or an
 // unmarked one, still fails.
 
