@@ -277,10 +277,12 @@ TEST(Soak, SurvivorReportNamesAThreadsStackWord) {
   std::thread t(hold_on_stack, std::ref(h), std::ref(log), std::ref(ready), go_f);
   ready.get_future().wait();
   full_collect(h);
-  settle(h, [&] { return false; }, 100ms);
-  const survivors s = find_survivors(h, {&log}, "soak");
-  go.set_value();
+  const bool held_alone = settle(h, [&] { return h.allocator().live_bytes() == 8 * KiB + 3; }, 2000ms);
+  survivors s;
+  if (held_alone) s = find_survivors(h, {&log}, "soak");
+  go.set_value();  // before any assertion returns: the thread must be joined
   t.join();
+  ASSERT_TRUE(held_alone) << "not the held handle alone: " << h.allocator().live_bytes();
   EXPECT_EQ(s.count, 1u);
   EXPECT_EQ(s.unmarked, 0u);
   EXPECT_EQ(s.by_stack_word, 1u) << "the word in the waiting thread's stack was not named as a thread stack's";
