@@ -187,9 +187,11 @@ void gc_policy::record(gc_kind kind, gc_reason reason, const outcome& o, double 
     reclaimed_by_device_[i] += o.devices[i].reclaimed;
   ++collections_;
   if (opts_.verbose)
-    std::fprintf(stderr, "gcpressure[%s]: %s collection (%s) %.3f ms, reclaimed %s, live %s\n", name(),
-                 to_string(kind), to_string(reason), o.seconds * 1e3, format_bytes(o.reclaimed).c_str(),
-                 format_bytes(o.live_after).c_str());
+    std::fprintf(stderr,
+                 "gcpressure[%s]: %s collection (%s) %.3f ms (collector %.3f, finalizers %.3f, frees %.3f), "
+                 "reclaimed %s, live %s\n",
+                 name(), to_string(kind), to_string(reason), o.seconds * 1e3, pause * 1e3, o.finalize_seconds * 1e3,
+                 o.drain_seconds * 1e3, format_bytes(o.reclaimed).c_str(), format_bytes(o.live_after).c_str());
 }
 
 namespace {
@@ -282,8 +284,11 @@ gc_policy::outcome gc_policy::run_collection(gc_kind kind, gc_reason reason) {
   }
   const double pause = now() - t0;
   gc_.run_finalizers();
+  const double t_fin = now();
   drain_all();
   o.seconds = now() - t0;
+  o.finalize_seconds = t_fin - t0 - pause;
+  o.drain_seconds = o.seconds - (t_fin - t0);
   sample_after(o);
   mark_all();
   account_exposure(o.seconds);

@@ -194,6 +194,8 @@ class gc_policy : public allocation_hook {
   };
   struct outcome {
     double seconds = 0;            // wall time of the collection + finalizers + drain
+    double finalize_seconds = 0;   // of which finalizers (run_finalizers)
+    double drain_seconds = 0;      // of which the drain of the frees they queued
     std::size_t reclaimed = 0;     // the sums over devices of the per-device figures
     std::size_t live_after = 0;
     std::size_t young_before = 0;
