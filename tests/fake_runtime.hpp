@@ -149,6 +149,7 @@ class fake_collector final : public gcp::collector {
     std::lock_guard<std::mutex> lk(mu_);
     const int id = next_id_++;
     objs_[id] = obj{p, bytes, true, false, on};
+    young_tracked_ += bytes;
     return id;
   }
   // The handle becomes garbage.
@@ -191,6 +192,9 @@ class fake_collector final : public gcp::collector {
   // instead of sleeping (deterministic timing: Note [Timing is injected]).
   fake_clock* clock = nullptr;
   double minor_seconds = 0, full_seconds = 0, slice_seconds = 0;
+  // A minor also costs this per MiB of blocks tracked since the last one
+  // (the young volume: Note [A smaller minor is tried]); not with slices.
+  double minor_seconds_per_young_mib = 0;
   std::chrono::milliseconds sleep_per_collection{0};
   int slices_per_full = 3;
   std::size_t heap_bytes = 0;
@@ -208,7 +212,9 @@ class fake_collector final : public gcp::collector {
     ++minors;
     ++counters_.collections;
     nap();
-    if (clock) clock->advance(minor_seconds);
+    if (clock)
+      clock->advance(minor_seconds + minor_seconds_per_young_mib * static_cast<double>(young_tracked_) / (1 << 20));
+    young_tracked_ = 0;
     sweep_young();
   }
 
@@ -367,6 +373,7 @@ class fake_collector final : public gcp::collector {
   std::map<int, obj> objs_;
   std::vector<obj> pending_;  // found dead, finalizers not yet run
   int next_id_ = 1;
+  std::size_t young_tracked_ = 0;  // bytes tracked since the last minor (minor_seconds_per_young_mib)
   bool full_active_ = false;
   int slices_left_ = 0;
   bool minor_active_ = false;

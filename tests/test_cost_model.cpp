@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <vector>
 
 #include "cost_model.hpp"
 
@@ -157,6 +158,54 @@ TEST(CostModel, AFitIsNotExtrapolatedPastTwiceItsSamples) {
   // A minor further out is a sample: the range grows with what was seen.
   m.add(16 * kMiB, 4e-3);
   EXPECT_GT(m.predict(32 * kMiB), m.predict(16 * kMiB) - 1e-12);
+}
+
+// Note [A smaller minor is tried]: minors that all ran at about the same
+// young bytes (the H100's 2-2.25 GiB at a sync every iteration, 7-9 ms)
+// call the cost fixed; a minor three times smaller than every recent one is
+// worth one try. Its sample gives the fit the spread it needs: when the
+// cost grows with the young bytes, the small minor is then priced at what
+// it costs (the H100's 2.6-3.0 ms at 256 MiB), not at the big ones' mean.
+TEST(CostModel, ClusteredSamplesAskForASmallerMinorOnce) {
+  std::mt19937_64 rng(20261207);
+  const auto truth = [](double x) { return 2.4e-3 + 2.4e-3 * x / (1024 * kMiB); };
+  auto m = feed(rng, 8, 2048, 2304, truth);
+  double a = 0, b = 0;
+  m.fit(&a, &b);
+  ASSERT_DOUBLE_EQ(b, 0) << "samples within a factor of 3 are meant to fit no slope";
+  EXPECT_GT(m.predict(256 * kMiB), 6.5e-3) << "priced at the big minors' mean";
+  EXPECT_TRUE(m.wants_smaller(256 * kMiB));
+  EXPECT_TRUE(m.wants_smaller(682 * kMiB));
+  EXPECT_FALSE(m.wants_smaller(700 * kMiB)) << "not three times below every recent sample";
+  m.add(256 * kMiB, truth(256 * kMiB), true);
+  m.fit(&a, &b);
+  EXPECT_GT(b, 0) << "the tried minor gives the spread a slope needs";
+  EXPECT_NEAR(m.predict(256 * kMiB), truth(256 * kMiB), 0.5e-3);
+  EXPECT_FALSE(m.wants_smaller(64 * kMiB)) << "a slope is known: nothing to try";
+}
+
+// A cost that does not grow with the young bytes: the try was not cheaper,
+// so the next waits twice as many minors (8, then 16, ... up to 64), and a
+// fixed cost costs few tries.
+TEST(CostModel, ATryThatWasNotCheaperSpacesTheNextOut) {
+  gcpressure::detail::cost_model m;
+  m.add(2048 * kMiB, 1.0);  // skipped: a first collection
+  for (int i = 0; i < 4; ++i) m.add(2048 * kMiB, 7e-3);
+  int tries = 0, minors = 0;
+  std::vector<int> at;
+  for (; minors < 200; ++minors) {
+    if (m.wants_smaller(256 * kMiB)) {
+      ++tries;
+      at.push_back(minors);
+      m.add(256 * kMiB, 7e-3, true);
+    } else {
+      m.add(2048 * kMiB, 7e-3);
+    }
+  }
+  ASSERT_GE(at.size(), 3u);
+  EXPECT_EQ(at[1] - at[0], 9) << "8 minors between the first two tries";
+  EXPECT_EQ(at[2] - at[1], 17);
+  EXPECT_LE(tries, 6) << "a fixed cost was tried " << tries << " times in 200 minors";
 }
 
 }  // namespace

@@ -251,6 +251,38 @@ TEST(Decide, ASyncCollectsWhatFitsInItsSlack) {
   EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
 }
 
+// Note [A smaller minor is tried]: a sync takes the smaller minor the cost
+// model asks for only where the device hides part of it and the exposed
+// budget is not spent, and says it is a try.
+TEST(Decide, ASyncTriesTheSmallerMinorTheCostModelAsksFor) {
+  const d::pressure_tuning t;
+  auto s = base(d::pressure_event::sync);
+  s.dev.young = 256 * MiB;
+  s.lag = 5 * ms;
+  s.pause = 7.5 * ms;
+  ASSERT_EQ(d::decide(s, t).action, d::pressure_action::none) << "priced at 7.5 ms it is not due";
+  s.smaller_wanted = true;
+  auto r = d::decide(s, t);
+  EXPECT_EQ(r.action, d::pressure_action::minor);
+  EXPECT_TRUE(r.probe);
+  s.lag = 0;  // an idle device hides nothing
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
+  s.lag = 5 * ms;
+  s.exposed = 0.06 * s.wall;  // the budget is spent
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
+  s.exposed = 0;
+  s.dev.young = t.min_young_bytes - 1;
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
+  s.dev.young = 256 * MiB;
+  s.event = d::pressure_event::hint;  // only syncs try
+  EXPECT_FALSE(d::decide(s, t).probe);
+  s.event = d::pressure_event::sync;
+  s.pause = 4 * ms;  // hidden anyway: a minor, not a try
+  r = d::decide(s, t);
+  EXPECT_EQ(r.action, d::pressure_action::minor);
+  EXPECT_FALSE(r.probe);
+}
+
 // A cycle in progress: finished at once where memory is needed, advanced at
 // syncs, paced by the exposed budget elsewhere; a sliced minor waits.
 // Note [Syncs collect what the next stretch would]: a sync whose slack

@@ -22,8 +22,20 @@ namespace detail {
 // skipped, later ones are clamped to 8x the running estimate.
 class cost_model {
  public:
-  void add(double young, double seconds) {
+  // `probe`: the collection was taken to try a smaller minor (Note [A
+  // smaller minor is tried]).
+  void add(double young, double seconds, bool probe = false) {
     if (++seen_ == 1) return;
+    if (probe) {
+      // A probe that was not clearly cheaper than the fixed cost it tested
+      // spaces the next one out: a cost that does not grow with the young
+      // bytes is not re-tried every few minors.
+      const bool cheaper = seconds < k_probe_cheaper * predict(young);
+      probe_gap_ = cheaper ? k_probe_window : std::min(2 * probe_gap_, k_max_probe_gap);
+      since_probe_ = 0;
+    } else {
+      ++since_probe_;
+    }
     const double x = ema_ > 0 ? std::min(seconds, 8 * ema_) : seconds;
     ema_ = ema_ > 0 ? 0.75 * ema_ + 0.25 * x : x;
     if (samples_.size() == 16) samples_.erase(samples_.begin());
@@ -121,8 +133,37 @@ class cost_model {
     fit(&a, &b);
     return a + b * std::min(young, 2 * max_young_);
   }
+  // Note [A smaller minor is tried]
+  // The model learns a per-byte cost only from minors at young bytes that
+  // differ (Note [A slope needs young bytes that differ]), but where minors
+  // run depends on what the model predicts: priced at the cost of the
+  // minors it has seen, a minor at a sync does not fit the slack, the budget
+  // spaces minors out, and every sample is again at the same large young
+  // bytes. On the H100 (2026-12-07; 256 MiB host heap, a sync every
+  // iteration) that held a loop at minors of 2-2.25 GiB of young bytes, 7-9
+  // ms each (exposed: the slack is 5 ms), 8.5x the oracle's peak, while
+  // another repetition of the same process whose samples happened to spread
+  // learned the slope and walked down to a minor per iteration at 2.6-3.0
+  // ms, hidden. So when the cost is called fixed, a minor at a young volume
+  // k_min_spread times below every recent sample is worth one try (the
+  // caller runs it where the device hides part of it): its sample is the
+  // spread the fit needs. A try that was not cheaper doubles the number of
+  // minors before the next one (up to k_max_probe_gap).
+  bool wants_smaller(double young) const {
+    if (samples_.size() < k_probe_window || since_probe_ < probe_gap_ || young <= 0) return false;
+    double a, b;
+    fit(&a, &b);
+    if (b > 0) return false;
+    double lo = samples_.back().first;
+    for (std::size_t i = samples_.size() - k_probe_window; i < samples_.size(); ++i)
+      lo = std::min(lo, samples_[i].first);
+    return young * k_min_spread <= lo;
+  }
 
  private:
+  static constexpr std::size_t k_probe_window = 4;      // Note [A smaller minor is tried]
+  static constexpr std::size_t k_max_probe_gap = 64;
+  static constexpr double k_probe_cheaper = 0.75;
   static constexpr std::size_t k_min_fit = 8;
   static constexpr double k_min_r2 = 0.5;
   static constexpr double k_min_spread = 3;  // Note [A slope needs young bytes that differ]
@@ -130,6 +171,7 @@ class cost_model {
   double ema_ = 0;
   double max_young_ = 0;  // Note [A fit does not run away]
   std::uint64_t seen_ = 0;
+  std::size_t since_probe_ = 0, probe_gap_ = k_probe_window;  // Note [A smaller minor is tried]
 };
 
 }  // namespace detail

@@ -95,6 +95,7 @@ struct pressure_snapshot {
   double cycle_exposed = 0, cycle_wall = 0;  // since it started: exposed GC seconds, wall seconds
   double cycle_rest = 0;            // seconds a whole-heap cycle still needs (Note [Finishing a cycle costs its rest])
   bool syncing = false;             // the loop synchronizes at its hints (hints defer to syncs)
+  bool smaller_wanted = false;      // the cost model asks to try this smaller minor (Note [A smaller minor is tried])
 };
 
 enum class pressure_action { none, minor, step_cycle, finish_cycle };
@@ -104,6 +105,7 @@ struct pressure_decision {
   std::size_t threshold = 0;        // the young bytes the rule asked for
   bool hidden = false;              // the predicted pause fits in the lag
   bool headroom = false;            // asked for by the headroom alone
+  bool probe = false;               // a smaller minor tried at a sync (Note [A smaller minor is tried])
 };
 
 // Allocated bytes above which an allocation is over the headroom.
@@ -251,7 +253,10 @@ inline pressure_decision decide(const pressure_snapshot& s, const pressure_tunin
       // at the syncs, whose 5.2 ms of slack went unused).
       const std::size_t at_alloc = allocation_young_bound(d, young_threshold(d, s.cost_known, s.pause, 0, t), t);
       const bool soon = static_cast<double>(d.young) + d.stretch >= static_cast<double>(at_alloc);
-      if (d.young >= t.min_young_bytes && (d.young >= r.threshold || soon)) r.action = pressure_action::minor;
+      // Note [A smaller minor is tried]: where the device hides part of it
+      // and the exposed budget is not spent (usable_lag is 0 then).
+      r.probe = s.smaller_wanted && !r.hidden && lag > 0 && d.young < r.threshold && !soon;
+      if (d.young >= t.min_young_bytes && (d.young >= r.threshold || soon || r.probe)) r.action = pressure_action::minor;
       break;
     }
   }

@@ -239,6 +239,7 @@ detail::pressure_snapshot pressure_policy::snapshot(std::size_t i, pressure_even
   // At a sync the lag is the slack: a minor there runs whole (Note [Minors
   // at syncs run whole]); its exposed part is pause - slack.
   s.lag = event == pressure_event::sync ? slack_estimate() : 0;
+  s.smaller_wanted = event == pressure_event::sync && minor_cost_.wants_smaller(static_cast<double>(young_all()));
   // Note [A guess before the first sync]
   const double t = at >= 0 ? at : now(), guess = lag_guess_share_ * s.pause;
   lag_guessed_ = false;
@@ -339,6 +340,7 @@ bool pressure_policy::sync_due(bool idle, bool* on_guess) {
                    s.dev.yield, s.dev.futile, s.exposed * 1e3, s.wall * 1e3);
     if (dec.action != pressure_action::minor) continue;
     *on_guess = !idle && dec.hidden && lag_guessed_;
+    probing_ = dec.probe;
     return true;
   }
   return false;
@@ -362,8 +364,9 @@ void pressure_policy::block_work(const std::function<bool()>& device_busy) {
     // still run in slices (their mark is long and does slice).
     if (opts_.verbose) {  // the prediction is made here only for the line
       const double pause = minor_cost_.known() ? minor_cost_.predict(static_cast<double>(young_all())) : 0;
-      std::fprintf(stderr, "gcpressure[pressure]: at a sync: young %s, predicted minor %.3f ms, slack %.3f ms\n",
-                   format_bytes(young_all()).c_str(), pause * 1e3, slack_estimate() * 1e3);
+      std::fprintf(stderr, "gcpressure[pressure]: at a sync: young %s, predicted minor %.3f ms, slack %.3f ms%s\n",
+                   format_bytes(young_all()).c_str(), pause * 1e3, slack_estimate() * 1e3,
+                   probing_ ? " (a smaller minor tried)" : "");
     }
     begin_minor(on_guess, device_busy() ? slack_estimate() : 0);
     finish_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment), gc_reason::quiet_moment);
