@@ -252,8 +252,9 @@ TEST(Decide, ASyncCollectsWhatFitsInItsSlack) {
 }
 
 // Note [A smaller minor is tried]: a sync takes the smaller minor the cost
-// model asks for only where the device hides part of it and the exposed
-// budget is not spent, and says it is a try.
+// model asks for only where the device hides part of it, the exposed
+// budget is not spent and the minor is priced within twice the lag, and
+// says it is a try.
 TEST(Decide, ASyncTriesTheSmallerMinorTheCostModelAsksFor) {
   const d::pressure_tuning t;
   auto s = base(d::pressure_event::sync);
@@ -267,6 +268,10 @@ TEST(Decide, ASyncTriesTheSmallerMinorTheCostModelAsksFor) {
   EXPECT_TRUE(r.probe);
   s.lag = 0;  // an idle device hides nothing
   EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
+  s.lag = 3.7 * ms;  // priced beyond twice the lag: a smaller young volume cannot make it fit
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
+  s.lag = 3.8 * ms;
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::minor);
   s.lag = 5 * ms;
   s.exposed = 0.06 * s.wall;  // the budget is spent
   EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);

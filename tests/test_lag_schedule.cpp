@@ -257,3 +257,20 @@ TEST(LagSchedule, ASmallerMinorTriedFindsTheCheapMinorAtEachSync) {
   EXPECT_LE(g.exposed_gc_seconds, 0.035 * w.policy->wall_seconds());  // 3.0% measured
   EXPECT_EQ(w.alloc.stats().ooms, 0u);
 }
+
+// Note [A smaller minor is tried]: a minor that costs what the heap costs
+// (25 ms, whatever the young bytes: a 1 GiB host heap) against ~5 ms of
+// slack is not tried smaller: priced at five times the lag, it cannot fit
+// however little young it has, and each try would be one more exposed
+// minor (9 minors and 225 ms exposed with the tries, 8 and 200 without).
+TEST(LagSchedule, AMinorPricedFarBeyondTheLagIsNotTriedSmaller) {
+  world w("pressure", 8192 * MiB, 6144 * MiB);
+  w.gc.minor_seconds = 25 * ms;
+  build_model(w);
+  run_loop(w, h100_loop(320, 1));
+  const gcp::collection_stats g = w.stats();
+  SCOPED_TRACE(gcp::to_text(w.alloc.stats()));
+  EXPECT_LE(minors(g), 8u);
+  EXPECT_LE(g.exposed_gc_seconds, 8 * 25 * ms + 1e-9);
+  EXPECT_EQ(w.alloc.stats().ooms, 0u);
+}

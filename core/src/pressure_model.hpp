@@ -55,6 +55,7 @@ struct pressure_tuning {
   double refresh_seconds = 0.1;          // devices' free memory is read at most this often
   double rate_horizon_seconds = 0.5;     // Note [The allocation rate is per wall second]
   double budget_horizon_seconds = 1.0;   // Note [A budget of one second]: the bucket holds gc_budget x this
+  double try_reach = 2.0;                // Note [A smaller minor is tried]: only minors priced within this x the lag
   static pressure_tuning from(const policy_options& o) {
     pressure_tuning t;
     t.gc_budget = o.gc_budget;
@@ -253,9 +254,15 @@ inline pressure_decision decide(const pressure_snapshot& s, const pressure_tunin
       // at the syncs, whose 5.2 ms of slack went unused).
       const std::size_t at_alloc = allocation_young_bound(d, young_threshold(d, s.cost_known, s.pause, 0, t), t);
       const bool soon = static_cast<double>(d.young) + d.stretch >= static_cast<double>(at_alloc);
-      // Note [A smaller minor is tried]: where the device hides part of it
-      // and the exposed budget is not spent (usable_lag is 0 then).
-      r.probe = s.smaller_wanted && !r.hidden && lag > 0 && d.young < r.threshold && !soon;
+      // Note [A smaller minor is tried]: where the device hides part of it,
+      // the exposed budget is not spent (usable_lag is 0 then), and the
+      // minor is priced within try_reach x the lag: bdwgc's minor is mostly
+      // O(heap blocks) (docs/DESIGN.md, "What a minor costs"), so a smaller
+      // young volume cannot take more than half of a minor's cost away (a
+      // 1 GiB heap's 25 ms minor against 5 ms of slack: each try was one
+      // more exposed minor, +1.3% of wall on the fake clock).
+      r.probe = s.smaller_wanted && !r.hidden && lag > 0 && s.pause <= t.try_reach * lag && d.young < r.threshold &&
+                !soon;
       if (d.young >= t.min_young_bytes && (d.young >= r.threshold || soon || r.probe)) r.action = pressure_action::minor;
       break;
     }
