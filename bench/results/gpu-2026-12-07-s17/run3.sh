@@ -25,13 +25,13 @@ P="POLICIES=pressure,explicit_free WORKLOADS=steady"
 env $P HEAPS=256 SYNC_EVERY=1 TIMEOUT=50 bash bench/h200_matrix.sh build-gpu-a $O/n/a 320 3 2>&1 | sed "s/^/a: /" | grep heap
 for cell in "256 1" "256 8" "1024 8" "0 1" "256 32" "1024 1"; do
   set -- $cell
-  left 150 || break
+  left 110 || break
   env $P HEAPS=$1 SYNC_EVERY=$2 TIMEOUT=50 bash bench/h200_matrix.sh build-gpu $O/n/new 320 3 2>&1 | grep heap
 done
 (cd $O && tar czf n.tgz n && rm -rf n)
 echo "n done at $(( $(date +%s) - T0 )) s"
-for cell in "1024 8" "256 8"; do left 190 && verbose $O/w $cell 1; done
+for cell in "1024 8" "256 8"; do left 150 && verbose $O/w $cell 1; done
 gzip $O/w/*.err 2>/dev/null; (cd $O && tar czf w.tgz w && rm -rf w)
-left 215 && env POLICIES=pressure,cudajl,explicit_free WORKLOADS=varied,promote HEAPS=256 SYNC_EVERY=1 TIMEOUT=60 bash bench/h200_matrix.sh build-gpu $O/x 320 3 2>&1 | grep heap
+left 170 && env POLICIES=pressure,cudajl,explicit_free WORKLOADS=varied,promote HEAPS=256 SYNC_EVERY=1 TIMEOUT=60 bash bench/h200_matrix.sh build-gpu $O/x 320 3 2>&1 | grep heap
 (cd $O && tar czf x.tgz x && rm -rf x)
 echo "all done at $(( $(date +%s) - T0 )) s"
