@@ -148,8 +148,9 @@ class cost_model {
   // k_min_spread times below every recent sample is worth one try (the
   // caller, decide() in pressure_model.hpp, runs it at a sync whose device
   // hides part of it, and only for a minor priced within try_reach x the
-  // lag): its sample is the spread the fit needs. A try that was not cheaper doubles the number of
-  // minors before the next one (up to k_max_probe_gap).
+  // lag): its sample is the spread the fit needs. A try that was not
+  // cheaper doubles the number of minors before the next one (up to
+  // k_max_probe_gap).
   bool wants_smaller(double young) const {
     if (samples_.size() < k_probe_window || since_probe_ < probe_gap_ || young <= 0) return false;
     double a, b;
