@@ -9,7 +9,7 @@
 // - clear_stack / settle: exact accounting under a conservative collector.
 // - json_check: a small strict JSON syntax checker that collects object keys.
 // - expect_rejected: the call must throw one of the library's exception types.
-// - KiB / MiB, host_opts (host-backend allocator options), cuda_stream.
+// - KiB / MiB / GiB, host_opts (host-backend allocator options), cuda_stream.
 // The Boehm half (gc.h, boehm::init, settling a heap) is
 // tests/boehm_test_support.hpp.
 #pragma once
@@ -46,6 +46,7 @@
 
 inline constexpr std::size_t KiB = std::size_t{1} << 10;
 inline constexpr std::size_t MiB = std::size_t{1} << 20;
+inline constexpr std::size_t GiB = std::size_t{1} << 30;
 
 namespace gcp_test {
 

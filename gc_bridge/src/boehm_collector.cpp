@@ -1,7 +1,7 @@
 // Boehm GC as a gcpressure collector, and process-wide Boehm set-up.
 //
 // Note [Boehm facts this file relies on] (Debian bdwgc 8.2.2; each checked by
-// tests/test_boehm.cpp)
+// tests/test_boehm_facts.cpp)
 // - GC_THREADS before gc.h; threads not made through its wrappers register
 //   (thread_scope). libgccpp is never linked: it replaces operator new.
 // - Incremental mode = generational: a partial collection does not clear

@@ -302,7 +302,7 @@ buffer* device_heap::alloc(std::size_t bytes, stream_ref stream, std::size_t dev
   // large share of young dead handles. GC_generic_malloc allocates from the
   // global free lists, whose mark bits are cleared at the end of every
   // collection. Still pointer-free (GC_I_PTRFREE); checked by
-  // tests/test_boehm.cpp (BoehmFacts.*YoungHandles*).
+  // tests/test_boehm_facts.cpp (BoehmFacts.*YoungHandles*).
   void* mem = GC_generic_malloc(sizeof(buffer), GC_I_PTRFREE);
   if (!mem) {
     a.deallocate(p, bytes, stream);

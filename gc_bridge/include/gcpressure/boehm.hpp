@@ -259,8 +259,9 @@ std::uint64_t blocks_freed_at_shutdown() noexcept;
 // under GC_THREADS) is often born marked and then survives every partial
 // collection until a whole-heap one, and so does the device buffer it keeps
 // alive: minors would promote young device garbage (Note [Handles come from
-// the global free lists] in device_heap.cpp; measured in tests/test_boehm.cpp
-// and bench/RESULTS.md). nullptr when the host heap is exhausted.
+// the global free lists] in device_heap.cpp; measured in
+// tests/test_boehm_facts.cpp and bench/RESULTS.md). nullptr when the host
+// heap is exhausted.
 // Thread-safe for threads registered with Boehm; finalizer-safe.
 void* alloc_array_object(std::size_t bytes) noexcept;
 
