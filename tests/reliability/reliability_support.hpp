@@ -36,7 +36,7 @@ namespace gcp_rel {
 // A default count: `full` normally, `sanitized` in the ASan/UBSan and TSan
 // builds (CMake defines GCP_SANITIZED_BUILD there). The GCPRESSURE_* variables
 // read with env_count override either (docs/RELIABILITY.md).
-constexpr std::uint64_t scaled(std::uint64_t full, [[maybe_unused]] std::uint64_t sanitized) {
+constexpr std::uint64_t scaled([[maybe_unused]] std::uint64_t full, [[maybe_unused]] std::uint64_t sanitized) {
 #ifdef GCP_SANITIZED_BUILD
   return sanitized;
 #else
