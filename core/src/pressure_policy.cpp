@@ -298,11 +298,15 @@ void pressure_policy::hint_work(double at) {
     learn_stretch(i, at);
     const detail::pressure_snapshot snap = snapshot(i, pressure_event::hint, 0, at);
     const detail::pressure_decision dec = detail::decide(snap, tuning_);
-    if (opts_.verbose && dec.action == pressure_action::minor)
+    // A hint that skips is logged too (young bytes worth a minor at all): on
+    // the H100 at K = 8 the skips set the peak (RESULTS.md, 2026-12-07).
+    const bool collects = dec.action == pressure_action::minor;
+    if (opts_.verbose && (collects || snap.dev.young >= tuning_.min_young_bytes))
       std::fprintf(stderr,
-                   "gcpressure[pressure]: at a hint: young %s, threshold %s, predicted minor %.3f ms, lag %.3f ms%s\n",
-                   format_bytes(snap.dev.young).c_str(), format_bytes(dec.threshold).c_str(), snap.pause * 1e3,
-                   snap.lag * 1e3, dec.hidden ? ", hidden" : snap.syncing ? "" : ", no sync lately");
+                   "gcpressure[pressure]: at a hint%s: young %s, threshold %s, predicted minor %.3f ms, lag %.3f ms%s\n",
+                   collects ? "" : ", no minor", format_bytes(snap.dev.young).c_str(),
+                   format_bytes(dec.threshold).c_str(), snap.pause * 1e3, snap.lag * 1e3,
+                   dec.hidden ? ", hidden" : snap.syncing ? "" : ", no sync lately");
     on_guess = on_guess || (dec.action == pressure_action::minor && dec.hidden && lag_guessed_);
     minor = minor || dec.action == pressure_action::minor;
     if (!lag_guessed_) lag_known = std::max(lag_known, snap.lag);
