@@ -195,6 +195,9 @@ class fake_collector final : public gcp::collector {
   // A minor also costs this per MiB of blocks tracked since the last one
   // (the young volume: Note [A smaller minor is tried]); not with slices.
   double minor_seconds_per_young_mib = 0;
+  // Added to the minors in turn (the n-th minor gets minor_extra_seconds[n %
+  // size]): a machine's jitter, deterministic.
+  std::vector<double> minor_extra_seconds;
   std::chrono::milliseconds sleep_per_collection{0};
   int slices_per_full = 3;
   std::size_t heap_bytes = 0;
@@ -212,8 +215,13 @@ class fake_collector final : public gcp::collector {
     ++minors;
     ++counters_.collections;
     nap();
-    if (clock)
-      clock->advance(minor_seconds + minor_seconds_per_young_mib * static_cast<double>(young_tracked_) / (1 << 20));
+    if (clock) {
+      const double extra = minor_extra_seconds.empty()
+                               ? 0
+                               : minor_extra_seconds[static_cast<std::size_t>(minors) % minor_extra_seconds.size()];
+      clock->advance(minor_seconds + extra +
+                     minor_seconds_per_young_mib * static_cast<double>(young_tracked_) / (1 << 20));
+    }
     young_tracked_ = 0;
     sweep_young();
   }

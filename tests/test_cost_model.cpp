@@ -208,4 +208,41 @@ TEST(CostModel, ATryThatWasNotCheaperSpacesTheNextOut) {
   EXPECT_LE(tries, 6) << "a fixed cost was tried " << tries << " times in 200 minors";
 }
 
+// Note [A smaller minor is tried]: a try that was cheaper is repeated at the
+// next sync at about its size, and the tries stop once the fit has a slope.
+// One cheap sample among fifteen big ones with jitter fits no slope (the
+// line explains too little of their spread: Note [A slope must explain the
+// samples]), and before, the next try waited four more minors at the
+// budget's spacing.
+TEST(CostModel, ATryThatWasCheaperIsRepeatedUntilASlopeIsFitted) {
+  const auto truth = [](double x) { return 2.4e-3 + 0.0177e-3 * x / kMiB; };  // the H100-like minor
+  gcpressure::detail::cost_model m;
+  m.add(320 * kMiB, 1.0);  // skipped
+  for (int i = 0; i < 16; ++i) m.add(320 * kMiB, truth(320 * kMiB) + (i % 3 == 2 ? 3.5e-3 : 0));
+  ASSERT_TRUE(m.wants_smaller(32 * kMiB));
+  m.add(32 * kMiB, truth(32 * kMiB), true);
+  int tries = 1;
+  double a = 0, b = 0;
+  m.fit(&a, &b);
+  ASSERT_EQ(b, 0) << "one cheap sample fits no slope here";
+  for (; b == 0 && tries < 16; m.fit(&a, &b)) {
+    ASSERT_TRUE(m.wants_smaller(32 * kMiB)) << "a cheaper try is repeated at the next sync (try " << tries << ")";
+    EXPECT_TRUE(m.wants_smaller(48 * kMiB)) << "at about its size";
+    EXPECT_FALSE(m.wants_smaller(64 * kMiB)) << "not at twice it";
+    m.add(32 * kMiB, truth(32 * kMiB), true);
+    ++tries;
+  }
+  EXPECT_GT(b, 0) << "the repeated tries give the fit its slope";
+  EXPECT_LE(tries, 8);
+  EXPECT_NEAR(m.predict(32 * kMiB), truth(32 * kMiB), 0.6e-3);
+  EXPECT_FALSE(m.wants_smaller(32 * kMiB)) << "a slope is known: nothing more to try";
+  // A try that was not cheaper stops the repetition.
+  gcpressure::detail::cost_model flat;
+  flat.add(320 * kMiB, 1.0);
+  for (int i = 0; i < 8; ++i) flat.add(320 * kMiB, 7e-3);
+  ASSERT_TRUE(flat.wants_smaller(32 * kMiB));
+  flat.add(32 * kMiB, 7e-3, true);
+  EXPECT_FALSE(flat.wants_smaller(32 * kMiB));
+}
+
 }  // namespace

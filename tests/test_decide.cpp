@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 
+#include "decide_support.hpp"
 #include "device_lag.hpp"
 #include "fake_runtime.hpp"
 #include "pressure_model.hpp"
@@ -17,28 +18,9 @@
 namespace gcp = gcpressure;
 namespace d = gcpressure::detail;
 
-namespace {
-
-constexpr double ms = 1e-3;
-
-// A device at 8 GiB soft / 16 GiB hard with 1 GiB live, allocating 40 GiB/s,
-// and a minor that costs 6 ms; no lag, nothing exposed yet, 10 s of wall.
-d::pressure_snapshot base(d::pressure_event e) {
-  d::pressure_snapshot s;
-  s.event = e;
-  s.dev.soft = 8192 * MiB;
-  s.dev.hard = 16384 * MiB;
-  s.dev.live = s.dev.reserved = s.dev.live_after = s.dev.floor = 1024 * MiB;
-  s.dev.rate = 40.0 * (1u << 30);
-  s.cost_known = true;
-  s.pause = 6 * ms;
-  s.wall = 10;
-  return s;
-}
-
-double gib(std::size_t b) { return static_cast<double>(b) / (1u << 30); }
-
-}  // namespace
+using gcp_decide::base;
+using gcp_decide::gib;
+using gcp_decide::ms;
 
 // Without lag the budget rule: rate x pause / gc budget (40 GiB/s x 6 ms /
 // 0.05 = 4.8 GiB), above growth x floor (1 GiB).
