@@ -431,7 +431,14 @@ void gc_policy::synchronize(stream_ref stream, device_allocator* on) {
   {
     std::lock_guard<std::mutex> s(stats_mu_);
     stats_.syncs++;
-    slack_ = stats_.syncs == 1 ? sample : 0.75 * slack_ + 0.25 * sample;
+    // Note [A smoothed slack starts as a mean]: the weight of a new sample
+    // is 1/n for the first four (their mean), then 0.25. Seeded by the
+    // first sample alone, one short first sync (the H100 at a 256 MiB host
+    // heap: 1.25 ms, a minor ran in it) held the estimate under the loop's
+    // 5 ms for six syncs (1.25, 2.18, 2.89, 3.43, 3.83, 4.19 ms), and the
+    // loop's minors waited for it (bench/RESULTS.md, 2026-12-07 session 19).
+    const double w = std::max(0.25, 1.0 / static_cast<double>(stats_.syncs));
+    slack_ = (1 - w) * slack_ + w * sample;
     stats_.slack_seconds = slack_;
   }
   // When the device was done (clock time): the window of Note [The

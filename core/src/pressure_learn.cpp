@@ -290,7 +290,7 @@ void pressure_policy::learn_minor(const outcome& o, bool loop) {
     lag_guess_share_ = lag_guess_share_ > 1.0 / 16 ? lag_guess_share_ / 2 : 0;
   minor_on_guess_ = false;
   charge_minor(o);
-  minor_cost_.add(static_cast<double>(o.young_before), o.seconds, std::exchange(probing_, false));
+  minor_cost_.add(static_cast<double>(o.young_before), o.seconds, std::exchange(probing_, false), loop);
   for (std::size_t i = 0; i < o.devices.size(); ++i) {
     device_state& d = dev_[i];
     const device_outcome& od = o.devices[i];
