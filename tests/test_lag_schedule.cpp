@@ -337,7 +337,7 @@ TEST(LagSchedule, ACheaperTryIsRepeatedAtTheNextSync) {
   const gcp::collection_stats g = w.stats();
   SCOPED_TRACE(gcp::to_text(w.alloc.stats()));
   EXPECT_LE(w.steady_peak, 64 * MiB + 32 * MiB);
-  EXPECT_LE(g.exposed_gc_seconds, 0.035 * w.policy->wall_seconds());  // 2.7% measured, 4.7% before
-  EXPECT_GT(minors(g), 330u);  // 355 measured, 319 before
+  EXPECT_LE(g.exposed_gc_seconds, 0.035 * w.policy->wall_seconds());  // 2.7% at 56031d0 (0.8% since beee4bb), 4.7% before
+  EXPECT_GT(minors(g), 330u);  // 355 at 56031d0 (402 since beee4bb), 319 before
   EXPECT_EQ(w.alloc.stats().ooms, 0u);
 }
