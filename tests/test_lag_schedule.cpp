@@ -7,6 +7,8 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "schedule_world.hpp"
 
@@ -225,6 +227,25 @@ TEST(LagSchedule, SetUpCollectionsDoNotStarveTheLoopsFirstSyncs) {
   }
 }
 
+namespace {
+
+// The H100-shaped loop over a growing minor: a model built with 9 ms minors
+// (a fresh heap's first marks, slow), then minors of `base` + `per_mib` per
+// young MiB (plus `jitter`, the loop's minors' in turn); 400 iterations, a
+// sync every iteration, the steady peak counted from `steady_from`.
+void run_growing_minors(world& w, double base, double per_mib, int steady_from, std::vector<double> jitter = {}) {
+  w.gc.minor_seconds = 9 * ms;
+  build_model(w);
+  w.gc.minor_seconds = base;
+  w.gc.minor_seconds_per_young_mib = per_mib;
+  w.gc.minor_extra_seconds = std::move(jitter);
+  loop_shape s = h100_loop(400, 1);
+  s.steady_from = steady_from;
+  run_loop(w, s);
+}
+
+}  // namespace
+
 // Note [A smaller minor is tried]: a minor's cost that grows with the young
 // bytes (2.4 ms + 17.7 us per MiB: 3 ms for one iteration's 32 MiB, 7.5 ms
 // for nine), a sync every iteration with ~5 ms of slack. Priced at the cost
@@ -240,13 +261,7 @@ TEST(LagSchedule, ASmallerMinorTriedFindsTheCheapMinorAtEachSync) {
   gcp::policy_options po;
   po.verbose = std::getenv("GCP_TEST_VERBOSE") != nullptr;
   world w("pressure", 8192 * MiB, 6144 * MiB, po);
-  w.gc.minor_seconds = 9 * ms;  // the set-up's minors: a fresh heap's first marks, slow
-  build_model(w);
-  w.gc.minor_seconds = 2.4 * ms;
-  w.gc.minor_seconds_per_young_mib = 0.0177 * ms;
-  loop_shape s = h100_loop(400, 1);
-  s.steady_from = 200;
-  run_loop(w, s);
+  run_growing_minors(w, 2.4 * ms, 0.0177 * ms, 200);
   const gcp::collection_stats g = w.stats();
   SCOPED_TRACE(gcp::to_text(w.alloc.stats()));
   std::printf("steady peak %zu MiB, minors %llu, exposed %.1f ms of %.0f ms\n", w.steady_peak / MiB,
@@ -285,13 +300,7 @@ TEST(LagSchedule, AMinorPricedFarBeyondTheLagIsNotTriedSmaller) {
 // samples replaced by the loop's first, a minor runs at every sync.
 TEST(LagSchedule, SetUpMinorsDoNotPriceTheLoopsMinors) {
   world w("pressure", 8192 * MiB, 6144 * MiB);
-  w.gc.minor_seconds = 9 * ms;
-  build_model(w);
-  w.gc.minor_seconds = 0.5 * ms;
-  w.gc.minor_seconds_per_young_mib = 0.078 * ms;
-  loop_shape s = h100_loop(400, 1);
-  s.steady_from = 100;
-  run_loop(w, s);
+  run_growing_minors(w, 0.5 * ms, 0.078 * ms, 100);
   const gcp::collection_stats g = w.stats();
   SCOPED_TRACE(gcp::to_text(w.alloc.stats()));
   EXPECT_LE(w.steady_peak, 64 * MiB + 32 * MiB);  // 96 MiB measured, 2112 before
@@ -326,14 +335,7 @@ TEST(Verbose, AHintThatSkipsAMinorSaysWhy) {
 // slope within a few syncs: 2.7%.
 TEST(LagSchedule, ACheaperTryIsRepeatedAtTheNextSync) {
   world w("pressure", 8192 * MiB, 6144 * MiB);
-  w.gc.minor_seconds = 9 * ms;
-  build_model(w);
-  w.gc.minor_seconds = 2.4 * ms;
-  w.gc.minor_seconds_per_young_mib = 0.0177 * ms;
-  w.gc.minor_extra_seconds = {0, 0, 2 * ms};
-  loop_shape s = h100_loop(400, 1);
-  s.steady_from = 100;
-  run_loop(w, s);
+  run_growing_minors(w, 2.4 * ms, 0.0177 * ms, 100, {0, 0, 2 * ms});
   const gcp::collection_stats g = w.stats();
   SCOPED_TRACE(gcp::to_text(w.alloc.stats()));
   EXPECT_LE(w.steady_peak, 64 * MiB + 32 * MiB);
