@@ -41,6 +41,7 @@ class cost_model {
       loop_seen_ = true;
       samples_.clear();
       ema_ = 0;
+      since_probe_ = probe_gap_ = 0;  // Note [The loop's first minors are tried smaller]
     }
     if (probe) {
       // A probe that was not clearly cheaper than the fixed cost it tested
@@ -178,15 +179,29 @@ class cost_model {
   // came 30-40 iterations apart, between minors at 320 MiB of 8-10 ms;
   // repeated, exposed GC time fell from 4.7% to 2.7% of wall
   // (bench/RESULTS.md, 2026-12-07 session 19).
+  //
+  // Note [The loop's first minors are tried smaller]
+  // The loop's first minor is often as slow as the set-up's (on the H100 at
+  // a 256 MiB host heap, 2026-12-07 session 20: 6.8 ms at 384 MiB of young
+  // where the loop's minors at one iteration's 256 MiB took 3.5-3.9 ms), and
+  // it alone prices the next ones (Note [The loop's minors price the
+  // loop's]). Waiting for k_probe_window minors before a try let the
+  // budget's spacing of those first minors (2.25 GiB of young bytes) set the
+  // run's peak at iteration 10: 3.13x the oracle's. So until the loop has
+  // k_probe_window minors of its own, a sync with fewer young bytes than
+  // every one of them is worth a try (the same reach as any try: decide()).
   bool wants_smaller(double young) const {
-    if (samples_.size() < k_probe_window || since_probe_ < probe_gap_ || young <= 0) return false;
+    if (samples_.empty() || since_probe_ < probe_gap_ || young <= 0) return false;
+    const bool first = loop_seen_ && samples_.size() < k_probe_window;
+    if (!first && samples_.size() < k_probe_window) return false;
     double a, b;
     fit(&a, &b);
     if (b > 0) return false;
     double lo = samples_.back().first;
-    for (std::size_t i = samples_.size() - k_probe_window; i < samples_.size(); ++i)
+    for (std::size_t i = samples_.size() - std::min(samples_.size(), k_probe_window); i < samples_.size(); ++i)
       lo = std::min(lo, samples_[i].first);
-    return young * k_min_spread <= lo || (cheaper_young_ > 0 && young <= k_near * cheaper_young_);
+    const bool below = first ? young < lo : young * k_min_spread <= lo;
+    return below || (cheaper_young_ > 0 && young <= k_near * cheaper_young_);
   }
 
  private:

@@ -239,7 +239,6 @@ detail::pressure_snapshot pressure_policy::snapshot(std::size_t i, pressure_even
   // At a sync the lag is the slack: a minor there runs whole (Note [Minors
   // at syncs run whole]); its exposed part is pause - slack.
   s.lag = event == pressure_event::sync ? slack_estimate() : 0;
-  s.smaller_wanted = event == pressure_event::sync && minor_cost_.wants_smaller(static_cast<double>(young_all()));
   // Note [A guess before the first sync]
   const double t = at >= 0 ? at : now(), guess = lag_guess_share_ * s.pause;
   lag_guessed_ = false;
@@ -251,6 +250,10 @@ detail::pressure_snapshot pressure_policy::snapshot(std::size_t i, pressure_even
     lag_guessed_ = lag_guessed_ || (!dev_[j].lag.measured() && lag > s.lag && guess > 0);
     s.lag = std::max(s.lag, lag);
   }
+  // Note [A smaller minor is tried] against a lag the device had: a try on
+  // the guess (Note [A guess before the first sync]) tests nothing.
+  s.smaller_wanted = event == pressure_event::sync && !lag_guessed_ &&
+                     minor_cost_.wants_smaller(static_cast<double>(young_all()));
   s.exposed = budget_spent(s.pause);  // Note [The budget starts with the loop], Note [A budget of one second]
   s.wall = budget_wall();
   s.headroom_collections = headroom_collections_;
