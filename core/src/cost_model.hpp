@@ -188,8 +188,14 @@ class cost_model {
   // loop's]). Waiting for k_probe_window minors before a try let the
   // budget's spacing of those first minors (2.25 GiB of young bytes) set the
   // run's peak at iteration 10: 3.13x the oracle's. So until the loop has
-  // k_probe_window minors of its own, a sync with fewer young bytes than
-  // every one of them is worth a try (the same reach as any try: decide()).
+  // k_probe_window minors of its own, a sync whose young bytes are about
+  // the size of every one of them or fewer (k_near) is worth a try (the same
+  // reach as any try: decide(); and on a lag the device had, not on the
+  // guess of Note [A guess before the first sync]). About the size, not
+  // fewer: the loop's first minor ran at a hint on that guess at 384 MiB
+  // (1.5 iterations' young bytes), the first sync's lag is the guess, and
+  // every later sync had more young bytes than 384 MiB; the first try came
+  // at 1.25 GiB, still 3.1x (session 20's second call).
   bool wants_smaller(double young) const {
     if (samples_.empty() || since_probe_ < probe_gap_ || young <= 0) return false;
     const bool first = loop_seen_ && samples_.size() < k_probe_window;
@@ -200,7 +206,7 @@ class cost_model {
     double lo = samples_.back().first;
     for (std::size_t i = samples_.size() - std::min(samples_.size(), k_probe_window); i < samples_.size(); ++i)
       lo = std::min(lo, samples_[i].first);
-    const bool below = first ? young < lo : young * k_min_spread <= lo;
+    const bool below = first ? young <= k_near * lo : young * k_min_spread <= lo;
     return below || (cheaper_young_ > 0 && young <= k_near * cheaper_young_);
   }
 
