@@ -1,7 +1,9 @@
 /* c_check.h — the checks of the plain-C tests (test_c_api.c,
- * test_c_api_devices.c): CHECK, CHECK_ST (a status), CHECK_ERR_HAS (the last
- * error mentions a string); each counts into g_pass / g_fail. Include once
- * per test program, after gcpressure/gcpressure.h. */
+ * test_c_api_collector.c, test_c_api_runtime.c, test_c_api_devices.c):
+ * CHECK, CHECK_ST (a status), CHECK_ERR_HAS (the last error mentions a
+ * string); each counts into g_pass / g_fail; run_c_tests runs a program's
+ * table of tests. Include once per test program, after
+ * gcpressure/gcpressure.h. */
 #ifndef GCPRESSURE_TESTS_C_CHECK_H
 #define GCPRESSURE_TESTS_C_CHECK_H
 
@@ -47,6 +49,25 @@ static int g_pass = 0, g_fail = 0;
               __LINE__, e_ ? e_ : "(null)", (needle));                                              \
     }                                                                                               \
   } while (0)
+
+/* A program's tests, run in order: "[ RUN  ] name" and "[  OK  ] name" (or
+ * FAIL) for each, "N passed, M failed" last; the exit status. */
+typedef struct c_test {
+  const char* name;
+  void (*fn)(void);
+} c_test;
+
+static inline int run_c_tests(const c_test* tests, size_t n) {
+  setvbuf(stdout, NULL, _IONBF, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const int before = g_fail;
+    printf("[ RUN  ] %s\n", tests[i].name);
+    tests[i].fn();
+    printf("[ %s ] %s\n", g_fail == before ? " OK " : "FAIL", tests[i].name);
+  }
+  printf("%d passed, %d failed\n", g_pass, g_fail);
+  return g_fail == 0 ? 0 : 1;
+}
 
 #define KiB ((size_t)1024)
 #define MiB ((size_t)1024 * 1024)

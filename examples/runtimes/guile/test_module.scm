@@ -34,7 +34,7 @@
        (eq? (error-of (lambda () (make-device-heap #:policy "nope"))) 'invalid))
 (check "bad limit string is gcpressure-error invalid"
        (eq? (error-of (lambda () (make-device-heap #:hard-limit "lots"))) 'invalid))
-;; Rejected, as the C API's gcpressure_create rejects it (tests/test_c_api.c, test_contract).
+;; Rejected, as the C API's gcpressure_create rejects it (tests/test_c_api_collector.c, test_contract).
 (check "soft limit above hard limit is rejected (gcpressure-error invalid)"
        (eq? (error-of (lambda () (make-device-heap #:hard-limit "4MiB" #:soft-limit "8MiB"))) 'invalid))
 (check "incremental needs the boehm collector"
