@@ -197,9 +197,8 @@ class cost_model {
   // every later sync had more young bytes than 384 MiB; the first try came
   // at 1.25 GiB, still 3.1x (session 20's second call).
   bool wants_smaller(double young) const {
-    if (samples_.empty() || since_probe_ < probe_gap_ || young <= 0) return false;
-    const bool first = loop_seen_ && samples_.size() < k_probe_window;
-    if (!first && samples_.size() < k_probe_window) return false;
+    const bool first = samples_.size() < k_probe_window;  // only the loop's own first minors may try
+    if (samples_.empty() || (first && !loop_seen_) || since_probe_ < probe_gap_ || young <= 0) return false;
     double a, b;
     fit(&a, &b);
     if (b > 0) return false;
