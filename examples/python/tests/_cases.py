@@ -3,7 +3,8 @@ once per process, as a framework's allocator is chosen once): the parent
 runs `python3 <test file> --case NAME` for every case, with the package and
 the CuPy/Numba stand-ins (fakes/) on sys.path and GCPRESSURE_TORCH_LIB
 pointing at --lib. A case is a function that raises on failure. Exit status:
-0 all passed, 1 any failed (no skips: nothing here needs a GPU)."""
+0 all passed, 1 any failed (no skips: nothing here needs a GPU; a timing
+case the machine's load denied its premise is retried, see Loaded)."""
 from __future__ import annotations
 
 import argparse
@@ -45,6 +46,24 @@ def expect(cond, what):
         raise AssertionError(what)
 
 
+class Loaded(Exception):
+    """A timing case whose premise the machine did not give it (its loop got
+    less than its share of a CPU): the case is run again in a new process,
+    up to LOADED_TRIES times, and fails only if every try was loaded."""
+
+
+LOADED_TRIES = 5
+LOADED_EXIT = 75  # EX_TEMPFAIL
+
+
+def cpu_share(fn):
+    """Runs fn(); returns (its result, the process's CPU seconds / wall
+    seconds over it): ~1 for a busy loop that had a core to itself."""
+    w, c = time.perf_counter(), time.process_time()
+    r = fn()
+    return r, (time.process_time() - c) / max(time.perf_counter() - w, 1e-9)
+
+
 def raises(exc, fn, *a, **kw):
     try:
         fn(*a, **kw)
@@ -60,7 +79,11 @@ def main(cases: dict, env_for=None) -> None:
     a = ap.parse_args()
     if a.case:
         faulthandler.dump_traceback_later(120, exit=True)
-        cases[a.case]()
+        try:
+            cases[a.case]()
+        except Loaded as e:
+            print(f"{a.case}: loaded: {e}", flush=True)
+            sys.exit(LOADED_EXIT)
         print(f"{a.case}: ok", flush=True)
         return
     failed = []
@@ -70,8 +93,12 @@ def main(cases: dict, env_for=None) -> None:
             env["GCPRESSURE_TORCH_LIB"] = a.lib
         env.update((env_for or {}).get(name, {}))
         t = time.monotonic()
-        p = subprocess.run([sys.executable, sys.argv[0], "--case", name], env=env, capture_output=True, text=True,
-                           timeout=200)
+        for _ in range(LOADED_TRIES):
+            p = subprocess.run([sys.executable, sys.argv[0], "--case", name], env=env, capture_output=True, text=True,
+                               timeout=200)
+            if p.returncode != LOADED_EXIT:
+                break
+            print(f"RETRY {name}: {p.stdout.strip()[-300:]}", flush=True)
         ok = p.returncode == 0
         print(f"{'PASS' if ok else 'FAIL'} {name} ({time.monotonic() - t:.1f} s)", flush=True)
         if not ok:

@@ -14,7 +14,7 @@ import time
 import weakref
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _cases import MiB, Node, cycle_loop, expect, main, raises  # noqa: E402
+from _cases import Loaded, MiB, Node, cpu_share, cycle_loop, expect, main, raises  # noqa: E402
 
 
 def setup(host_capacity_override=None, **kw):
@@ -248,21 +248,33 @@ def pressure_policy_holds_slow_cycles_at_2x():
     # without the freeze at install (freeze=False: 20x; the minors are then
     # generational and the whole-heap cycles that find the promoted owners
     # cost the unfrozen heap, ~1.5 ms, so the policy spaces them).
+    # The premise is a core to itself: on a loaded machine a ~4 us collection
+    # is preempted and measured at ~2 ms, the policy prices it so and spaces
+    # the collections (4-24x seen beside two busy processes on 2 cores); such
+    # a run is tried again (_cases.Loaded), a run with its core fails.
     cupy, g, _ = setup(hard_limit="256MiB", host_capacity_override="512MiB")
     gc.disable()
-    peak = 0
-    for _ in range(300):
-        a, b = Node(), Node()
-        a.p, b.p = b, a
-        a.x = cupy.empty(8 * MiB // 4)
-        del a, b
-        end = time.perf_counter() + 300e-6
-        while time.perf_counter() < end:
-            pass
-        peak = max(peak, g.usage()[1])
+
+    def loop():
+        peak = 0
+        for _ in range(300):
+            a, b = Node(), Node()
+            a.p, b.p = b, a
+            a.x = cupy.empty(8 * MiB // 4)
+            del a, b
+            end = time.perf_counter() + 300e-6
+            while time.perf_counter() < end:
+                pass
+            peak = max(peak, g.usage()[1])
+        return peak
+
+    peak, share = cpu_share(loop)
     s = g.stats()
-    expect(s["ooms"] == 0 and peak <= 2 * 8 * MiB, f"peak reserved {peak / (8 * MiB):.1f}x the live array, "
-           f"collections {s['collections']}, gens {g.raw_stats()['python']['requested_gen']}")
+    what = (f"peak reserved {peak / (8 * MiB):.1f}x the live array, collections {s['collections']}, "
+            f"gens {g.raw_stats()['python']['requested_gen']}, CPU share {share:.2f}")
+    if s["ooms"] == 0 and peak > 2 * 8 * MiB and share < 0.9:
+        raise Loaded(what)
+    expect(s["ooms"] == 0 and peak <= 2 * 8 * MiB, what)
 
 
 def control_runs_out():
