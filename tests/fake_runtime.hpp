@@ -198,6 +198,9 @@ class fake_collector final : public gcp::collector {
   // Added to the minors in turn (the n-th minor gets minor_extra_seconds[n %
   // size]): a machine's jitter, deterministic.
   std::vector<double> minor_extra_seconds;
+  // A machine's busy spell in time: minors that start in [spell_from,
+  // spell_until) of the clock take spell_extra_seconds more.
+  double spell_from = 0, spell_until = 0, spell_extra_seconds = 0;
   std::chrono::milliseconds sleep_per_collection{0};
   int slices_per_full = 3;
   std::size_t heap_bytes = 0;
@@ -216,9 +219,11 @@ class fake_collector final : public gcp::collector {
     ++counters_.collections;
     nap();
     if (clock) {
-      const double extra = minor_extra_seconds.empty()
-                               ? 0
-                               : minor_extra_seconds[static_cast<std::size_t>(minors) % minor_extra_seconds.size()];
+      const double at = spell_until > 0 ? clock->now() : 0;  // a read ticks the clock
+      const double extra = (minor_extra_seconds.empty()
+                                ? 0
+                                : minor_extra_seconds[static_cast<std::size_t>(minors) % minor_extra_seconds.size()]) +
+                           (at >= spell_from && at < spell_until ? spell_extra_seconds : 0);
       clock->advance(minor_seconds + extra +
                      minor_seconds_per_young_mib * static_cast<double>(young_tracked_) / (1 << 20));
     }

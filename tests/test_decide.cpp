@@ -88,6 +88,31 @@ TEST(Decide, OnlyTheExposedPartIsChargedToTheBudget) {
   EXPECT_NEAR(gib(d::decide(s, t).threshold), 6.0, 1e-6);
 }
 
+// Note [Waiting pays only the fixed part]: at 1 GiB of young bytes a 6 ms
+// pause of which 4 ms grow with them (b x rate = 40 GiB/s x 4 ms / 1 GiB =
+// 16% of wall, over the 5% budget), 3 ms of lag. No spacing keeps such
+// minors within the budget; waiting spreads only the fixed 2 ms, which the
+// lag covers: the minimum (priced whole, 40 GiB/s x 3 ms / 0.05 = 2.4 GiB,
+// and the threshold outran the young bytes). A fixed part beyond the lag is
+// amortized alone: 6 ms fixed of 10 give 40 GiB/s x 3 ms / 0.05. A
+// per-byte part the budget can pay (1 ms at 1 GiB: 4%) is priced with the
+// pause, as is a pause with none.
+TEST(Decide, WaitingPaysOnlyTheFixedPart) {
+  const d::pressure_tuning t;
+  auto s = base(d::pressure_event::allocation);
+  s.dev.floor = 0;  // the heap-growth rule out of the way
+  s.dev.young = 1024 * MiB;
+  s.lag = 3 * ms;
+  s.pause_growth = 4 * ms;
+  EXPECT_EQ(d::decide(s, t).threshold, t.min_young_bytes);
+  s.pause = 10 * ms;
+  EXPECT_NEAR(gib(d::decide(s, t).threshold), 2.4, 1e-6);
+  s.pause_growth = 1 * ms;
+  EXPECT_NEAR(gib(d::decide(s, t).threshold), 5.6, 1e-6);
+  s.pause_growth = 0;
+  EXPECT_NEAR(gib(d::decide(s, t).threshold), 5.6, 1e-6);
+}
+
 // Closed loop: once exposed GC time is over the budget, the lag is not
 // counted and the budget rule applies; until then a collection may
 // overspend it by its own exposed part (Note [The budget starts with the

@@ -151,6 +151,13 @@ class cost_model {
     fit(&a, &b);
     return a + b * std::min(young, 2 * max_young_);
   }
+  // The part of predict(young) that grows with the young bytes (Note
+  // [Waiting pays only the fixed part], pressure_model.hpp).
+  double growth(double young) const {
+    double a, b;
+    fit(&a, &b);
+    return b * std::min(young, 2 * max_young_);
+  }
   // Note [A smaller minor is tried]
   // The model learns a per-byte cost only from minors at young bytes that
   // differ (Note [A slope needs young bytes that differ]), but where minors

@@ -89,6 +89,7 @@ struct pressure_snapshot {
   device_snapshot dev;              // what is known of it
   bool cost_known = false;
   double pause = 0;                 // predicted pause of a minor now (cost model)
+  double pause_growth = 0;          // the part of it that grows with the young bytes (Note [Waiting pays only the fixed part])
   double lag = 0;                   // device seconds queued ahead of the host (a lower bound)
   double exposed = 0, wall = 0;     // the policy's exposed GC seconds so far, wall seconds
   int headroom_collections = 0;     // this iteration's (Note [No collection storms])
@@ -164,14 +165,41 @@ inline std::size_t allocation_young_bound(const device_snapshot& d, std::size_t 
 }
 
 // Note [One decision over an explicit model]: the young bytes at which a
-// minor with this pause and lag is worth its cost.
+// minor with this pause and lag is worth its cost; `growth`: the part of
+// the pause that grows with the young bytes.
+//
+// Note [Waiting pays only the fixed part]
+// A minor costs a fixed part a and a part b per young byte (Note [Minor
+// cost is fixed + per young byte]). The budget rule waits for young >=
+// rate x (a + b x young - lag) / gc_budget: the exposed GC time is then
+// rate x (a - lag) / young + b x rate of wall, within the budget where b x
+// rate is below it. Where b x rate reaches the budget no spacing keeps
+// minors within it: waiting spreads a over more bytes, but b is paid for
+// every byte at any spacing, and the rule has no solution: each wait made
+// the next minor dearer and the threshold moved on ahead of the young
+// bytes until Note [A fit does not run away] capped it. There only the
+// exposed part of a is amortized: young >= rate x max(0, a - lag) /
+// gc_budget (the exposed time is then the budget plus b x rate, which no
+// wait could lower by more than the budget). On the H100 at a 256 MiB host
+// heap minors took 2.5 ms at one iteration's 256 MiB and 7-9 ms at 2.25
+// GiB, ~46 GiB/s: b x rate ~ 13%. On the fake clock (2.4 ms + 0.0177 ms
+// per MiB, b x rate 9.6%, ~5 ms of slack, a sync every iteration) a machine
+// busy for 60 iterations, its minors 4 ms slower, took a loop that
+// collected at every sync to 2112 MiB of peak, 33x the live set (the
+// H100's untraced 14-17x repetitions have this shape); amortizing a alone,
+// 256 MiB, and a minor per sync after it
+// (LagSchedule.ABusySpellOfSlowMinorsDoesNotRunAway).
 inline std::size_t young_threshold(const device_snapshot& d, bool cost_known, double pause, double lag,
-                                   const pressure_tuning& t) {
+                                   const pressure_tuning& t, double growth = 0) {
   const double exposed = cost_known ? exposed_part(pause, lag) : 0;
   const double share = !cost_known ? 1 : pause > 0 ? exposed / pause : 0;  // of the pause, exposed
   const double min_young = static_cast<double>(t.min_young_bytes);
   const double floor = std::max(share * t.growth * static_cast<double>(d.floor), min_young);
-  const double time = d.rate * exposed / t.gc_budget;
+  // Note [Waiting pays only the fixed part]
+  const double grows = cost_known ? std::clamp(growth, 0.0, pause) : 0;
+  const bool unpayable = d.young > 0 && d.rate * grows / static_cast<double>(d.young) >= t.gc_budget;
+  const double amortized = cost_known ? exposed_part(unpayable ? pause - grows : pause, lag) : 0;
+  const double time = d.rate * amortized / t.gc_budget;
   const double b = std::max(floor, time) / std::clamp(d.yield, t.min_yield, 1.0) * d.futile;
   return static_cast<std::size_t>(std::min(b, headroom(d, t)));
 }
@@ -191,7 +219,7 @@ inline pressure_decision decide(const pressure_snapshot& s, const pressure_tunin
   pressure_decision r;
   const device_snapshot& d = s.dev;
   const double lag = usable_lag(s, t);
-  r.threshold = young_threshold(d, s.cost_known, s.pause, lag, t);
+  r.threshold = young_threshold(d, s.cost_known, s.pause, lag, t, s.pause_growth);
   r.hidden = s.cost_known && lag > 0 && exposed_part(s.pause, lag) <= 0;
   const bool due = d.young >= r.threshold;
   const bool over = over_headroom(d, t);
@@ -236,7 +264,7 @@ inline pressure_decision decide(const pressure_snapshot& s, const pressure_tunin
       // collection comes where few temporaries are alive; a loop that syncs
       // at its hints gets that collection at the sync instead, where the
       // device hides it (Note [Quiet moments defer to syncs]).
-      const std::size_t no_lag = young_threshold(d, s.cost_known, s.pause, 0, t);
+      const std::size_t no_lag = young_threshold(d, s.cost_known, s.pause, 0, t, s.pause_growth);
       const double y = static_cast<double>(d.young);
       const bool quiet = !s.syncing && y >= t.quiet_fraction * static_cast<double>(no_lag) &&
                          y + d.stretch >= static_cast<double>(no_lag) && d.young >= t.min_young_bytes / 2;
@@ -252,7 +280,8 @@ inline pressure_decision decide(const pressure_snapshot& s, const pressure_tunin
       // the H200 at 256 MiB, a sync every iteration: minors crossed the
       // budget's threshold mid-iteration, 6.5 ms exposed each, and none ran
       // at the syncs, whose 5.2 ms of slack went unused).
-      const std::size_t at_alloc = allocation_young_bound(d, young_threshold(d, s.cost_known, s.pause, 0, t), t);
+      const std::size_t at_alloc =
+          allocation_young_bound(d, young_threshold(d, s.cost_known, s.pause, 0, t, s.pause_growth), t);
       const bool soon = static_cast<double>(d.young) + d.stretch >= static_cast<double>(at_alloc);
       // Note [A smaller minor is tried]: where the device hides part of it,
       // the exposed budget is not spent (usable_lag is 0 then), and the
@@ -274,10 +303,10 @@ inline pressure_decision decide(const pressure_snapshot& s, const pressure_tunin
 // lowest threshold any lag the device can have now gives, so that no
 // allocation below it could be due.
 inline std::size_t fast_young_bound(const device_snapshot& d, bool cost_known, double pause, bool lag_possible,
-                                    const pressure_tuning& t) {
+                                    const pressure_tuning& t, double growth = 0) {
   // The threshold falls as the lag grows: its lowest is at any lag.
   const double lag = lag_possible ? std::numeric_limits<double>::infinity() : 0;
-  return allocation_young_bound(d, young_threshold(d, cost_known, pause, lag, t), t);
+  return allocation_young_bound(d, young_threshold(d, cost_known, pause, lag, t, growth), t);
 }
 
 }  // namespace detail
