@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# First GPU call of session 21: session 20's prepared traces (next.sh: verbose
+# Prepared, not run (no machine started in session 21): session 20's prepared traces (next.sh: verbose
 # 256 MiB K = 1 x18 repetitions, K = 8/32 start-up, 1 GiB K = 1 minor costs),
 # then issue 22's Python package (examples/python/h200_python.sh) on main.
 # Build (sm_90) as gpu-2026-12-07-s20/run.sh; carry build-gpu/runtime-libs,

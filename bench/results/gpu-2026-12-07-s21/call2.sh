@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The session's one GPU call (session 21, issue 20): main (build-gpu, 3c6da5b)
-# against t = main + Note [Waiting pays only the fixed part] (build-gpu-t),
+# Prepared, not run (no machine started in session 21): main (build-gpu, 3c6da5b)
+# against t = Note [Waiting pays only the fixed part] in its first form (the
+# fixed part alone everywhere; build-gpu-t; the landed form is call3.sh's),
 # interleaved on one machine; then t's verbose 256 MiB K = 1, the mixed
 # workloads on t, and the Python package (issue 22) if time is left.
 # Build (sm_90): build-gpu as gpu-2026-12-07-s20/run.sh on 3c6da5b;

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# A shorter A/B for a call of <= 400 s (session 21, issue 20): main (build-gpu,
-# 3c6da5b) against v = main + Note [Waiting pays only the fixed part] in its
-# landed form (build-gpu-t rebuilt: only when b x rate >= the budget), steady,
-# pressure + oracle, 3 reps a process, 320 iterations. Carry as call2.sh.  -> n.tgz
+# A shorter A/B for a call of <= 400 s (session 21, issue 20; prepared, not run:
+# no machine started): m = 3c6da5b (the policy before Note [Waiting pays only
+# the fixed part]; build-gpu) against t = 6a5d134 (that Note, as landed;
+# build-gpu-t), steady, pressure + oracle, 3 reps a process, 320 iterations.
+# Build each commit (a git worktree for the older one) for sm_90 as
+# gpu-2026-12-07-s20/run.sh says; carry build-gpu/runtime-libs,
+# build-gpu/examples/forward_loop, build-gpu-t/examples/forward_loop.   -> n.tgz
 . "$(dirname "$0")/../gpu-2026-12-07-s18/common.sh"
 mkdir -p $O/n
 P="POLICIES=pressure,explicit_free WORKLOADS=steady"
