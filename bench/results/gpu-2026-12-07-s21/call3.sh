@@ -12,7 +12,7 @@ P="POLICIES=pressure,explicit_free WORKLOADS=steady"
 for cell in "t 256 1" "m 256 1" "t 1024 8" "m 1024 8" "t 256 8" "m 256 8" "t2 256 1" "m2 256 1" "t 1024 1" "m 1024 1" \
             "t 256 32" "m 256 32"; do
   set -- $cell
-  left 320 || break
+  left ${LEFT:-320} || break  # LEFT: start no cell after this many seconds
   B=build-gpu; [ ${1:0:1} = t ] && B=build-gpu-t
   env $P HEAPS=$2 SYNC_EVERY=$3 TIMEOUT=35 bash bench/h200_matrix.sh $B $O/n/$1 320 3 2>&1 | sed "s/^/$1: /" | grep heap
   (cd $O && tar czf n.tgz n gpu.txt)
