@@ -96,7 +96,9 @@ TEST(Decide, OnlyTheExposedPartIsChargedToTheBudget) {
 // and the threshold outran the young bytes). A fixed part beyond the lag is
 // amortized alone: 6 ms fixed of 10 give 40 GiB/s x 3 ms / 0.05. A
 // per-byte part the budget can pay (1 ms at 1 GiB: 4%) is priced with the
-// pause, as is a pause with none.
+// pause, as is a pause with none. Whether the budget can pay it is a matter
+// of the slope: at 8 GiB of young bytes, past where the fit is trusted and
+// the pause is priced flat, the threshold is the same.
 TEST(Decide, WaitingPaysOnlyTheFixedPart) {
   const d::pressure_tuning t;
   auto s = base(d::pressure_event::allocation);
@@ -104,12 +106,18 @@ TEST(Decide, WaitingPaysOnlyTheFixedPart) {
   s.dev.young = 1024 * MiB;
   s.lag = 3 * ms;
   s.pause_growth = 4 * ms;
+  s.pause_slope = 4 * ms / (1024.0 * MiB);
   EXPECT_EQ(d::decide(s, t).threshold, t.min_young_bytes);
   s.pause = 10 * ms;
   EXPECT_NEAR(gib(d::decide(s, t).threshold), 2.4, 1e-6);
+  auto past_the_fit = s;
+  past_the_fit.dev.young = 8192 * MiB;
+  EXPECT_NEAR(gib(d::decide(past_the_fit, t).threshold), 2.4, 1e-6);
   s.pause_growth = 1 * ms;
+  s.pause_slope = 1 * ms / (1024.0 * MiB);
   EXPECT_NEAR(gib(d::decide(s, t).threshold), 5.6, 1e-6);
   s.pause_growth = 0;
+  s.pause_slope = 0;
   EXPECT_NEAR(gib(d::decide(s, t).threshold), 5.6, 1e-6);
 }
 
@@ -190,28 +198,45 @@ TEST(Decide, FastPathBoundsAreTheHeadroomTest) {
 }
 
 // The fast path's young bound is never above what decide() would ask for at
-// any lag it can meet: no allocation under it can be due.
+// any lag it can meet: no allocation under it can be due. The bound is
+// published at the young bytes of that moment (often none, right after a
+// minor) and must hold for every young volume the allocations then reach,
+// with a pause priced a + b x min(young, cap) as the cost model does.
 TEST(Decide, FastPathYoungBoundIsBelowEveryThreshold) {
   const d::pressure_tuning t;
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> u(0, 1);
   for (int k = 0; k < 2000; ++k) {
     auto s = base(d::pressure_event::allocation);
-    s.pause = u(rng) * 30 * ms;
+    const double a = u(rng) * 30 * ms, cap = (1 + u(rng) * 4096) * MiB;
+    const double slope = u(rng) < 0.3 ? 0 : u(rng) * 20 * ms / (1024.0 * MiB);
+    const auto price = [&](d::pressure_snapshot& at, double young) {
+      at.dev.young = static_cast<std::size_t>(young);
+      at.pause_growth = slope * std::min(young, cap);
+      at.pause = a + at.pause_growth;
+      at.pause_slope = slope;
+    };
     s.dev.rate = u(rng) * 80.0 * (1u << 30);
     s.dev.floor = static_cast<std::size_t>(u(rng) * 4096) * MiB;
     s.dev.yield = u(rng);
     s.dev.futile = 1 + 15 * u(rng);
     s.exposed = u(rng) * 0.1 * s.wall;
     s.dev.stretch = u(rng) < 0.5 ? 0 : u(rng) * 8192 * MiB;
-    const std::size_t with_lag = d::fast_young_bound(s.dev, true, s.pause, true, t);
-    const std::size_t no_lag = d::fast_young_bound(s.dev, true, s.pause, false, t);
-    for (double lag : {0.0, 0.5 * s.pause, s.pause, 10 * s.pause}) {
-      s.lag = lag;
-      EXPECT_LE(with_lag, d::decide(s, t).threshold) << "lag " << lag;
-    }
+    const double young0 = u(rng) < 0.5 ? 0 : std::floor(u(rng) * 64) * MiB;
+    price(s, young0);
+    const std::size_t with_lag = d::fast_young_bound(s.dev, true, s.pause, true, t, s.pause_growth, slope);
+    const std::size_t no_lag = d::fast_young_bound(s.dev, true, s.pause, false, t, s.pause_growth, slope);
     s.lag = 0;
     EXPECT_EQ(no_lag, d::decide(s, t).threshold);
+    for (double young : {young0, young0 + MiB, 0.5 * cap, 2.0 * cap, 8192.0 * MiB}) {
+      if (young < young0) continue;
+      auto later = s;
+      price(later, young);
+      for (double lag : {0.0, 0.5 * later.pause, later.pause, 10 * later.pause}) {
+        later.lag = lag;
+        EXPECT_LE(with_lag, d::decide(later, t).threshold) << "lag " << lag << " young " << young;
+      }
+    }
   }
 }
 

@@ -146,17 +146,18 @@ class cost_model {
   // session 15; that slope is now refused: Note [A slope needs young bytes
   // that differ]). Capped, the threshold is finite, and the minor it brings
   // is a sample further out: a real slope is learned step by step.
-  double predict(double young) const {
-    double a, b;
-    fit(&a, &b);
-    return a + b * std::min(young, 2 * max_young_);
-  }
-  // The part of predict(young) that grows with the young bytes (Note
+  double predict(double young) const { return price(young).pause; }
+  // A minor's price at `young` bytes, from one fit: its pause, the part of
+  // it that grows with the young bytes and the per-byte slope (Note
   // [Waiting pays only the fixed part], pressure_model.hpp).
-  double growth(double young) const {
+  struct minor_price {
+    double pause = 0, growth = 0, slope = 0;
+  };
+  minor_price price(double young) const {
     double a, b;
     fit(&a, &b);
-    return b * std::min(young, 2 * max_young_);
+    const double grows = b * std::min(young, 2 * max_young_);
+    return {a + grows, grows, b};
   }
   // Note [A smaller minor is tried]
   // The model learns a per-byte cost only from minors at young bytes that

@@ -90,6 +90,7 @@ struct pressure_snapshot {
   bool cost_known = false;
   double pause = 0;                 // predicted pause of a minor now (cost model)
   double pause_growth = 0;          // the part of it that grows with the young bytes (Note [Waiting pays only the fixed part])
+  double pause_slope = 0;           // seconds per young byte of that part (the cost model's fit)
   double lag = 0;                   // device seconds queued ahead of the host (a lower bound)
   double exposed = 0, wall = 0;     // the policy's exposed GC seconds so far, wall seconds
   int headroom_collections = 0;     // this iteration's (Note [No collection storms])
@@ -166,7 +167,7 @@ inline std::size_t allocation_young_bound(const device_snapshot& d, std::size_t 
 
 // Note [One decision over an explicit model]: the young bytes at which a
 // minor with this pause and lag is worth its cost; `growth`: the part of
-// the pause that grows with the young bytes.
+// the pause that grows with the young bytes, `slope` its seconds per byte.
 //
 // Note [Waiting pays only the fixed part]
 // A minor costs a fixed part a and a part b per young byte (Note [Minor
@@ -188,16 +189,20 @@ inline std::size_t allocation_young_bound(const device_snapshot& d, std::size_t 
 // collected at every sync to 2112 MiB of peak, 33x the live set (the
 // H100's untraced 14-17x repetitions have this shape); amortizing a alone,
 // 256 MiB, and a minor per sync after it
-// (LagSchedule.ABusySpellOfSlowMinorsDoesNotRunAway).
+// (LagSchedule.ABusySpellOfSlowMinorsDoesNotRunAway). Whether b x rate
+// reaches the budget is asked of the fitted slope, not of growth / young:
+// past the young bytes the fit is trusted for the pause is priced flat
+// (Note [A fit does not run away]), but a minor there still pays b per
+// byte, and one cost model yields one answer at every young volume.
 inline std::size_t young_threshold(const device_snapshot& d, bool cost_known, double pause, double lag,
-                                   const pressure_tuning& t, double growth = 0) {
+                                   const pressure_tuning& t, double growth = 0, double slope = 0) {
   const double exposed = cost_known ? exposed_part(pause, lag) : 0;
   const double share = !cost_known ? 1 : pause > 0 ? exposed / pause : 0;  // of the pause, exposed
   const double min_young = static_cast<double>(t.min_young_bytes);
   const double floor = std::max(share * t.growth * static_cast<double>(d.floor), min_young);
   // Note [Waiting pays only the fixed part]
   const double grows = cost_known ? std::clamp(growth, 0.0, pause) : 0;
-  const bool unpayable = d.young > 0 && d.rate * grows / static_cast<double>(d.young) >= t.gc_budget;
+  const bool unpayable = cost_known && d.rate * slope >= t.gc_budget;
   const double amortized = cost_known ? exposed_part(unpayable ? pause - grows : pause, lag) : 0;
   const double time = d.rate * amortized / t.gc_budget;
   const double b = std::max(floor, time) / std::clamp(d.yield, t.min_yield, 1.0) * d.futile;
@@ -219,7 +224,7 @@ inline pressure_decision decide(const pressure_snapshot& s, const pressure_tunin
   pressure_decision r;
   const device_snapshot& d = s.dev;
   const double lag = usable_lag(s, t);
-  r.threshold = young_threshold(d, s.cost_known, s.pause, lag, t, s.pause_growth);
+  r.threshold = young_threshold(d, s.cost_known, s.pause, lag, t, s.pause_growth, s.pause_slope);
   r.hidden = s.cost_known && lag > 0 && exposed_part(s.pause, lag) <= 0;
   const bool due = d.young >= r.threshold;
   const bool over = over_headroom(d, t);
@@ -264,7 +269,7 @@ inline pressure_decision decide(const pressure_snapshot& s, const pressure_tunin
       // collection comes where few temporaries are alive; a loop that syncs
       // at its hints gets that collection at the sync instead, where the
       // device hides it (Note [Quiet moments defer to syncs]).
-      const std::size_t no_lag = young_threshold(d, s.cost_known, s.pause, 0, t, s.pause_growth);
+      const std::size_t no_lag = young_threshold(d, s.cost_known, s.pause, 0, t, s.pause_growth, s.pause_slope);
       const double y = static_cast<double>(d.young);
       const bool quiet = !s.syncing && y >= t.quiet_fraction * static_cast<double>(no_lag) &&
                          y + d.stretch >= static_cast<double>(no_lag) && d.young >= t.min_young_bytes / 2;
@@ -281,7 +286,7 @@ inline pressure_decision decide(const pressure_snapshot& s, const pressure_tunin
       // budget's threshold mid-iteration, 6.5 ms exposed each, and none ran
       // at the syncs, whose 5.2 ms of slack went unused).
       const std::size_t at_alloc =
-          allocation_young_bound(d, young_threshold(d, s.cost_known, s.pause, 0, t, s.pause_growth), t);
+          allocation_young_bound(d, young_threshold(d, s.cost_known, s.pause, 0, t, s.pause_growth, s.pause_slope), t);
       const bool soon = static_cast<double>(d.young) + d.stretch >= static_cast<double>(at_alloc);
       // Note [A smaller minor is tried]: where the device hides part of it,
       // the exposed budget is not spent (usable_lag is 0 then), and the
@@ -303,10 +308,10 @@ inline pressure_decision decide(const pressure_snapshot& s, const pressure_tunin
 // lowest threshold any lag the device can have now gives, so that no
 // allocation below it could be due.
 inline std::size_t fast_young_bound(const device_snapshot& d, bool cost_known, double pause, bool lag_possible,
-                                    const pressure_tuning& t, double growth = 0) {
+                                    const pressure_tuning& t, double growth = 0, double slope = 0) {
   // The threshold falls as the lag grows: its lowest is at any lag.
   const double lag = lag_possible ? std::numeric_limits<double>::infinity() : 0;
-  return allocation_young_bound(d, young_threshold(d, cost_known, pause, lag, t, growth), t);
+  return allocation_young_bound(d, young_threshold(d, cost_known, pause, lag, t, growth, slope), t);
 }
 
 }  // namespace detail

@@ -235,8 +235,12 @@ detail::pressure_snapshot pressure_policy::snapshot(std::size_t i, pressure_even
   s.dev.backoff = d.backoff;
   s.dev.stretch = d.stretch;
   s.cost_known = minor_cost_.known();
-  s.pause = s.cost_known ? minor_cost_.predict(static_cast<double>(young_all() + bytes)) : 0;
-  s.pause_growth = s.cost_known ? minor_cost_.growth(static_cast<double>(young_all() + bytes)) : 0;
+  if (s.cost_known) {
+    const auto price = minor_cost_.price(static_cast<double>(young_all() + bytes));
+    s.pause = price.pause;
+    s.pause_growth = price.growth;
+    s.pause_slope = price.slope;
+  }
   // At a sync the lag is the slack: a minor there runs whole (Note [Minors
   // at syncs run whole]); its exposed part is pause - slack.
   s.lag = event == pressure_event::sync ? slack_estimate() : 0;
@@ -430,8 +434,8 @@ void pressure_policy::publish_fast_path() noexcept {
   const bool off = cycle_active();
   fast_refreshed_.store(refreshed_at_, std::memory_order_relaxed);
   const bool known = minor_cost_.known();
-  const double pause = known ? minor_cost_.predict(static_cast<double>(young_all())) : 0;
-  const double growth = known ? minor_cost_.growth(static_cast<double>(young_all())) : 0;
+  const detail::cost_model::minor_price price =
+      known ? minor_cost_.price(static_cast<double>(young_all())) : detail::cost_model::minor_price{};
   for (std::size_t i = 0; i < device_count(); ++i) {
     device_state& d = dev_[i];
     if (off) {
@@ -450,7 +454,7 @@ void pressure_policy::publish_fast_path() noexcept {
     d.fast_reserved.store(b.reserved, std::memory_order_relaxed);
     bool lag_possible = false;
     for (std::size_t j = 0; j < device_count(); ++j) lag_possible = lag_possible || dev_[j].lag.possible();
-    const std::size_t young = detail::fast_young_bound(v, known, pause, lag_possible, tuning_, growth);
+    const std::size_t young = detail::fast_young_bound(v, known, price.pause, lag_possible, tuning_, price.growth, price.slope);
     d.fast_young.store(std::max<std::size_t>(young, 1), std::memory_order_relaxed);
     // Note [Allowances of the fast path]: reconciled with the real counters here.
     const std::size_t young_now = v.young, live_now = v.live;
