@@ -284,9 +284,9 @@ TEST(Decide, ASyncCollectsWhatFitsInItsSlack) {
 }
 
 // Note [A smaller minor is tried]: a sync takes the smaller minor the cost
-// model asks for only where the device hides part of it, the exposed
-// budget is not spent and the minor is priced within twice the lag, and
-// says it is a try.
+// model asks for only where the device hides part of it and the minor is
+// priced within twice the lag, and says it is a try. A spent exposed
+// budget does not stop it (Note [A fitted line is tried too]).
 TEST(Decide, ASyncTriesTheSmallerMinorTheCostModelAsksFor) {
   const d::pressure_tuning t;
   auto s = base(d::pressure_event::sync);
@@ -305,8 +305,9 @@ TEST(Decide, ASyncTriesTheSmallerMinorTheCostModelAsksFor) {
   s.lag = 3.8 * ms;
   EXPECT_EQ(d::decide(s, t).action, d::pressure_action::minor);
   s.lag = 5 * ms;
-  s.exposed = 0.06 * s.wall;  // the budget is spent
-  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
+  s.exposed = 0.06 * s.wall;  // the budget is spent: the lag is still the device's
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::minor);
+  EXPECT_TRUE(d::decide(s, t).probe);
   s.exposed = 0;
   s.dev.young = t.min_young_bytes - 1;
   EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);

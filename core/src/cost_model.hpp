@@ -204,12 +204,26 @@ class cost_model {
   // (1.5 iterations' young bytes), the first sync's lag is the guess, and
   // every later sync had more young bytes than 384 MiB; the first try came
   // at 1.25 GiB, still 3.1x (session 20's second call).
+  //
+  // Note [A fitted line is tried too]
+  // A fitted slope used to end the tries: the line prices every young
+  // volume. But its intercept below every recent sample is an
+  // extrapolation, and a machine's busy spell leaves it wrong: on the fake
+  // clock (the H100-like minor, 8 ms slower for 60 iterations) the spell's
+  // small minors (32 MiB at 11 ms) and the later big ones fitted ~11 ms +
+  // half the real slope, over the 5 ms slack; minors ran at ~1 GiB, 17-23
+  // ms each and exposed, until the end (1248 MiB of peak; 16 samples 35
+  // iterations apart to replace them). So a minor k_min_spread times below
+  // every recent sample is worth a try with a line fitted too; where the
+  // line was right the try was not cheaper and the next waits twice as many
+  // minors, as for a fixed cost. (decide() prices a try on the device's lag
+  // even with the exposed budget spent: a spell that spent it would
+  // otherwise be paid for to the end.) Back to a minor per sync there; in
+  // a spell 4 ms slower one try ran in the spell, exposed: 384 MiB of
+  // peak against 256 (LagSchedule.ABusySpellOfSlowMinorsDoesNotRunAway).
   bool wants_smaller(double young) const {
     const bool first = samples_.size() < k_probe_window;  // only the loop's own first minors may try
     if (samples_.empty() || (first && !loop_seen_) || since_probe_ < probe_gap_ || young <= 0) return false;
-    double a, b;
-    fit(&a, &b);
-    if (b > 0) return false;
     double lo = samples_.back().first;
     for (std::size_t i = samples_.size() - std::min(samples_.size(), k_probe_window); i < samples_.size(); ++i)
       lo = std::min(lo, samples_[i].first);

@@ -288,14 +288,15 @@ inline pressure_decision decide(const pressure_snapshot& s, const pressure_tunin
       const std::size_t at_alloc =
           allocation_young_bound(d, young_threshold(d, s.cost_known, s.pause, 0, t, s.pause_growth, s.pause_slope), t);
       const bool soon = static_cast<double>(d.young) + d.stretch >= static_cast<double>(at_alloc);
-      // Note [A smaller minor is tried]: where the device hides part of it,
-      // the exposed budget is not spent (usable_lag is 0 then), and the
-      // minor is priced within try_reach x the lag: bdwgc's minor is mostly
+      // Note [A smaller minor is tried]: where the device hides part of it
+      // (its lag, whether or not the exposed budget is spent: Note [A
+      // fitted line is tried too]), and the minor is priced within
+      // try_reach x the lag: bdwgc's minor is mostly
       // O(heap blocks) (docs/DESIGN.md, "What a minor costs"), so a smaller
       // young volume cannot take more than half of a minor's cost away (a
       // 1 GiB heap's 25 ms minor against 5 ms of slack: each try was one
       // more exposed minor, +1.3% of wall on the fake clock).
-      r.probe = s.smaller_wanted && !r.hidden && lag > 0 && s.pause <= t.try_reach * lag && d.young < r.threshold &&
+      r.probe = s.smaller_wanted && !r.hidden && s.lag > 0 && s.pause <= t.try_reach * s.lag && d.young < r.threshold &&
                 !soon;
       if (d.young >= t.min_young_bytes && (d.young >= r.threshold || soon || r.probe)) r.action = pressure_action::minor;
       break;
