@@ -175,8 +175,22 @@ class device_lag {
     // the hint's minor, taken on the whole guess, was exposed and halved it,
     // and the next minor came three iterations later: 2.30x, session 14).
     const entry& oldest = pending_.front();
-    const double rest = per_hint_ > 0 ? std::max(0.0, per - (now - queued_after_))
-                                      : std::max(0.0, guess - oldest.paused - (now - oldest.hinted));
+    double rest = per_hint_ > 0 ? std::max(0.0, per - (now - queued_after_))
+                                : std::max(0.0, guess - oldest.paused - (now - oldest.hinted));
+    // Note [A pause the poll refutes]
+    // The credit assumes the device ran the iteration while the host
+    // collected. A collection at the iteration's start finds little queued:
+    // on the H100 (256 MiB host heap, a sync every 8; bench/RESULTS.md
+    // session 22) the set-up's last minor (5.4 ms) ran at iteration 0's
+    // first allocations, the rest of the iteration was queued after it, and
+    // at the hint the credit left 0 of a 5.5 ms guess while the device had
+    // ~5 ms queued: no minor there, and the next hint collected two
+    // iterations' temporaries (1.80x the oracle's peak). The poll above is
+    // the evidence: the iteration is still running, so a credit that says
+    // it is done is dropped and the guess stands (if that is wrong, the
+    // minor taken on it is exposed and halves the guess). A pause at the
+    // iteration's end lets the device finish it: the poll finds it done.
+    if (per_hint_ <= 0 && rest <= 0 && oldest.paused > 0) rest = std::max(0.0, guess - (now - oldest.hinted));
     if (pending_.size() < 2) return rest;
     // The oldest pending iteration started at the latest when the one before
     // it was seen done (or the device was idle: a sync), or when it was
