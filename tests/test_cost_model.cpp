@@ -190,27 +190,31 @@ TEST(CostModel, ClusteredSamplesAskForASmallerMinorOnce) {
 }
 
 // A cost that does not grow with the young bytes: the try was not cheaper,
-// so the next waits twice as many minors (8, then 16, ... up to 64), and a
+// so the next waits twice as many syncs (8, then 16, ... up to 64: Note
+// [Tries are paced in syncs]), however far apart the minors are, and a
 // fixed cost costs few tries.
 TEST(CostModel, ATryThatWasNotCheaperSpacesTheNextOut) {
-  gcpressure::detail::cost_model m;
-  m.add(2048 * kMiB, 1.0);  // skipped: a first collection
-  for (int i = 0; i < 4; ++i) m.add(2048 * kMiB, 7e-3);
-  int tries = 0, minors = 0;
-  std::vector<int> at;
-  for (; minors < 200; ++minors) {
-    if (m.wants_smaller(256 * kMiB)) {
-      ++tries;
-      at.push_back(minors);
-      m.add(256 * kMiB, 7e-3, true);
-    } else {
-      m.add(2048 * kMiB, 7e-3);
+  for (const int spacing : {1, 8, 40}) {  // syncs between two minors of the budget's
+    gcpressure::detail::cost_model m;
+    m.add(2048 * kMiB, 1.0);  // skipped: a first collection
+    for (int i = 0; i < 4; ++i) m.add(2048 * kMiB, 7e-3);
+    std::vector<int> at;
+    for (int sync = 0; sync < 400; ++sync) {
+      m.sync_passed();
+      if (m.wants_smaller(256 * kMiB)) {
+        at.push_back(sync);
+        m.add(256 * kMiB, 7e-3, true);
+      } else if (sync % spacing == 0) {
+        m.add(2048 * kMiB, 7e-3);
+      }
     }
+    SCOPED_TRACE(spacing);
+    ASSERT_GE(at.size(), 5u);
+    EXPECT_EQ(at[1] - at[0], 8) << "8 syncs between the first two tries";
+    EXPECT_EQ(at[2] - at[1], 16);
+    EXPECT_EQ(at[4] - at[3], 64) << "at most 64";
+    EXPECT_LE(at.size(), 9u) << "a fixed cost was tried " << at.size() << " times in 400 syncs";
   }
-  ASSERT_GE(at.size(), 3u);
-  EXPECT_EQ(at[1] - at[0], 9) << "8 minors between the first two tries";
-  EXPECT_EQ(at[2] - at[1], 17);
-  EXPECT_LE(tries, 6) << "a fixed cost was tried " << tries << " times in 200 minors";
 }
 
 // Note [A smaller minor is tried]: a try that was cheaper is repeated at the
@@ -233,7 +237,7 @@ TEST(CostModel, ATryThatWasCheaperIsRepeatedUntilASlopeIsFitted) {
   for (; b == 0 && tries < 16; m.fit(&a, &b)) {
     ASSERT_TRUE(m.wants_smaller(32 * kMiB)) << "a cheaper try is repeated at the next sync (try " << tries << ")";
     EXPECT_TRUE(m.wants_smaller(48 * kMiB)) << "at about its size";
-    EXPECT_FALSE(m.wants_smaller(64 * kMiB)) << "not at twice it";
+    EXPECT_FALSE(m.wants_smaller(128 * kMiB)) << "not at four times it (over a third of the spaced minors' young bytes)";
     m.add(32 * kMiB, truth(32 * kMiB), true);
     ++tries;
   }

@@ -40,6 +40,7 @@ class cost_model {
     if (loop && !loop_seen_) {
       loop_seen_ = true;
       samples_.clear();
+      tried_.clear();
       ema_ = 0;
       since_probe_ = probe_gap_ = 0;  // Note [The loop's first minors are tried smaller]
     }
@@ -51,16 +52,20 @@ class cost_model {
       probe_gap_ = cheaper ? 0 : std::min(2 * std::max(probe_gap_, k_probe_window), k_max_probe_gap);
       cheaper_young_ = cheaper ? young : 0;
       since_probe_ = 0;
-    } else {
-      ++since_probe_;
     }
     const double x = ema_ > 0 ? std::min(seconds, 8 * ema_) : seconds;
     ema_ = ema_ > 0 ? 0.75 * ema_ + 0.25 * x : x;
-    if (samples_.size() == 16) samples_.erase(samples_.begin());
+    if (samples_.size() == 16) {
+      samples_.erase(samples_.begin());
+      tried_.erase(tried_.begin());
+    }
     samples_.emplace_back(young, x);
+    tried_.push_back(probe);
     max_young_ = 0;
     for (const auto& smp : samples_) max_young_ = std::max(max_young_, smp.first);
   }
+  // A sync passed (Note [Tries are paced in syncs]).
+  void sync_passed() noexcept { ++since_probe_; }
   bool known() const noexcept { return !samples_.empty(); }
   double mean() const noexcept { return ema_; }
   // Fixed part a and per-byte part b of a collection's cost.
@@ -175,9 +180,9 @@ class cost_model {
   // caller, decide() in pressure_model.hpp, runs it at a sync whose device
   // hides part of it, and only for a minor priced within try_reach x the
   // lag): its sample is the spread the fit needs. A try that was not
-  // cheaper doubles the number of minors before the next one (up to
-  // k_max_probe_gap). One that was cheaper is tried again at the next
-  // sync at about its size (k_near), until the fit has the samples a slope
+  // cheaper doubles the number of syncs before the next one (up to
+  // k_max_probe_gap: Note [Tries are paced in syncs]). One that was
+  // cheaper is tried again at the next sync at about its size (k_near), until the fit has the samples a slope
   // needs (Note [A slope must explain the samples]): one cheap sample among
   // big ones with jitter fits no slope, and the next try came only after
   // four more minors at the budget's spacing, 30-40 iterations of a loop
@@ -216,17 +221,38 @@ class cost_model {
   // iterations apart to replace them). So a minor k_min_spread times below
   // every recent sample is worth a try with a line fitted too; where the
   // line was right the try was not cheaper and the next waits twice as many
-  // minors, as for a fixed cost. (decide() prices a try on the device's lag
+  // syncs, as for a fixed cost. (decide() prices a try on the device's lag
   // even with the exposed budget spent: a spell that spent it would
   // otherwise be paid for to the end.) Back to a minor per sync there; in
   // a spell 4 ms slower one try ran in the spell, exposed: 384 MiB of
   // peak against 256 (LagSchedule.ABusySpellOfSlowMinorsDoesNotRunAway).
+  //
+  // Note [Tries are paced in syncs]
+  // The wait after a try that was not cheaper was counted in minors. But
+  // minors are what a wrong price spaces out: on the fake clock (minors of
+  // 2.1 ms + 0.027 ms per MiB, the loop's first 10 iterations 2.5 ms slower,
+  // as an H100's first loop minors were in session 23) the one try, inside
+  // the slow start, was not cheaper; the minors priced at the slow samples'
+  // mean were exposed, so the budget spaced them further, each one dearer
+  // than the last (b > 0), and 4 minors to the next try were 40-100
+  // iterations: 1344-1920 MiB of peak where a minor per sync at 3 ms fits
+  // the 5 ms slack (on the H100: 8.9x the oracle's peak, 25 minors of 9
+  // ms). The chances a try gets are the syncs it could run at, so the wait is
+  // counted in syncs: 4, 8, ... up to 64 after failed tries. A minor that
+  // really costs more than the slack pays one exposed try per 64 syncs at
+  // most (a few percent of one minor per sync).
   bool wants_smaller(double young) const {
     const bool first = samples_.size() < k_probe_window;  // only the loop's own first minors may try
     if (samples_.empty() || (first && !loop_seen_) || since_probe_ < probe_gap_ || young <= 0) return false;
-    double lo = samples_.back().first;
-    for (std::size_t i = samples_.size() - std::min(samples_.size(), k_probe_window); i < samples_.size(); ++i)
-      lo = std::min(lo, samples_[i].first);
+    // The young bytes of the recent minors the budget spaced (a try's own
+    // sample says what a try found: Note [Tries are paced in syncs]).
+    double lo = 0;
+    for (std::size_t i = samples_.size(), n = 0; i-- > 0 && n < k_probe_window;)
+      if (!tried_[i] || first) {
+        lo = lo > 0 ? std::min(lo, samples_[i].first) : samples_[i].first;
+        ++n;
+      }
+    if (lo <= 0) return false;
     const bool below = first ? young <= k_near * lo : young * k_min_spread <= lo;
     return below || (cheaper_young_ > 0 && young <= k_near * cheaper_young_);
   }
@@ -240,6 +266,7 @@ class cost_model {
   static constexpr double k_min_r2 = 0.5;
   static constexpr double k_min_spread = 3;  // Note [A slope needs young bytes that differ]
   std::vector<std::pair<double, double>> samples_;
+  std::vector<bool> tried_;  // samples_[i] came from a try
   double ema_ = 0;
   double max_young_ = 0;  // Note [A fit does not run away]
   std::uint64_t seen_ = 0;

@@ -359,6 +359,7 @@ bool pressure_policy::sync_due(bool idle, bool* on_guess) {
 }
 
 void pressure_policy::block_work(const std::function<bool()>& device_busy) {
+  minor_cost_.sync_passed();  // Note [Tries are paced in syncs]
   const double deadline = now() + slack_estimate();
   const auto room = [&] { return now() + opts_.slice_seconds <= deadline && device_busy(); };
   if (!cycle_active()) {
