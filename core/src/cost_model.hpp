@@ -182,8 +182,9 @@ class cost_model {
   // lag): its sample is the spread the fit needs. A try that was not
   // cheaper doubles the number of syncs before the next one (up to
   // k_max_probe_gap: Note [Tries are paced in syncs]). One that was
-  // cheaper is tried again at the next sync at about its size (k_near), until the fit has the samples a slope
-  // needs (Note [A slope must explain the samples]): one cheap sample among
+  // cheaper is tried again at the next sync at about its size (k_near),
+  // until the fit has the samples a slope needs (Note [A slope must explain
+  // the samples]): one cheap sample among
   // big ones with jitter fits no slope, and the next try came only after
   // four more minors at the budget's spacing, 30-40 iterations of a loop
   // whose minors at one iteration's young bytes fit the slack. On the fake
