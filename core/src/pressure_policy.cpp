@@ -124,7 +124,10 @@ void pressure_policy::before_allocate(device_allocator& a, std::size_t bytes, st
     d.backoff = od.reclaimed * 4 < od.young_before ? std::max(d.backoff * 2, opts_.min_young_bytes) : 0;
     finish_minor(o, gc_reason::early);
   }
-  const double paused = device_busy ? now() - t0 : 0;  // Note [The guess is what a queued iteration leaves]
+  // Note [The guess is what a queued iteration leaves]: the device ran
+  // queued work all through the pause only if it is still busy at its end
+  // (Note [A pause the device outlasted is not credited], device_lag.hpp).
+  const double paused = device_busy && probe.busy() ? now() - t0 : 0;
   for (std::size_t j = 0; j < device_count(); ++j) dev_[j].lag.host_paused(paused);
   publish_fast_path();
   probe.rethrow();
