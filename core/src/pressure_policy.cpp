@@ -104,7 +104,6 @@ void pressure_policy::before_allocate(device_allocator& a, std::size_t bytes, st
   // collection ends means the host ran ahead and the collection was hidden
   // (Note [Exposed GC time]).
   device_probe probe(*this, stream, &a);
-  const bool device_busy = probe.busy();  // else it runs nothing while the host collects
   const double t0 = now();
   if (dec.action == pressure_action::finish_cycle) {
     finish_cycle(gc_reason::early);
@@ -126,8 +125,10 @@ void pressure_policy::before_allocate(device_allocator& a, std::size_t bytes, st
   }
   // Note [The guess is what a queued iteration leaves]: the device ran
   // queued work all through the pause only if it is still busy at its end
-  // (Note [A pause the device outlasted is not credited], device_lag.hpp).
-  const double paused = device_busy && probe.busy() ? now() - t0 : 0;
+  // (Note [A pause the device outlasted is not credited], device_lag.hpp);
+  // busy at the end, it was busy at the start (the probe's event was
+  // recorded then).
+  const double paused = probe.busy() ? now() - t0 : 0;
   for (std::size_t j = 0; j < device_count(); ++j) dev_[j].lag.host_paused(paused);
   publish_fast_path();
   probe.rethrow();
