@@ -101,6 +101,14 @@ class fake_device final : public gcp::device_resource, public gcp::stream_ops {
     clock_.advance_to(*static_cast<double*>(e));
   }
   void release(gcp::event_ref e) noexcept override { delete static_cast<double*>(e); }
+  // One queue: idle since it drained (Note [Exposed GC time, measured]);
+  // timed = false plays a backend that cannot tell (the probe's upper bound).
+  bool timed = true;
+  double idle_seconds(gcp::event_ref) override {
+    if (!timed) return -1;
+    std::lock_guard<std::mutex> lk(mu_);
+    return std::max(0.0, clock_.now() - busy_until_);
+  }
 
  private:
   void* do_allocate(std::size_t bytes, gcp::stream_ref s) override { return inner_.allocate(bytes, s); }

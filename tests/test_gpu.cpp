@@ -11,6 +11,7 @@
 #include <iterator>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gcpressure/allocator.hpp"
@@ -153,6 +154,38 @@ TEST(Gpu, EventsFollowStreamWork) {
   }
   r.deallocate(p, 1 * MiB, st.s);
   gcp::cuda_stream_synchronize(st.s);
+}
+
+// Note [Exposed GC time, measured]: a timed event says how long ago the
+// work before it ended, on the device's clock, without waiting for the
+// user's stream; untimed events cannot tell.
+TEST(Gpu, TimedEventsSayHowLongTheStreamHasBeenIdle) {
+  if (!gcpressure::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  using clk = std::chrono::steady_clock;
+  cuda_stream st;
+  gcp::cuda_resource r;
+  auto& ops = gcp::cuda_stream_ops();
+  void* p = r.allocate(4 * KiB);
+  gcp::cuda_launch_slow_fill(p, 4 * KiB, 0, 0, st.s);  // loads the kernels first
+  gcp::cuda_stream_synchronize(st.s);
+  for (int round = 0; round < 2; ++round) {  // the second on recycled events
+    SCOPED_TRACE("round " + std::to_string(round));
+    gcp::cuda_launch_slow_fill(p, 4 * KiB, 0x5A, 20 * ms, st.s);
+    const auto queued = clk::now();
+    gcp::event_ref e = ops.record_timed(st.s);
+    ops.synchronize(e);
+    std::this_thread::sleep_for(std::chrono::milliseconds(15));
+    const double idle = ops.idle_seconds(e);
+    const double most = std::chrono::duration<double>(clk::now() - queued).count() - 0.019;
+    EXPECT_GE(idle, 0.014) << "it slept 15 ms after the kernel ended";
+    EXPECT_LE(idle, most) << "the kernel ran 20 ms after it was queued";
+    ops.release(e);
+  }
+  gcp::event_ref u = ops.record(st.s);
+  ops.synchronize(u);
+  EXPECT_EQ(ops.idle_seconds(u), -1.0) << "an untimed event cannot tell";
+  ops.release(u);
+  r.deallocate(p, 4 * KiB);
 }
 
 TEST(Gpu, SlowFillTakesAboutItsTime) {

@@ -137,6 +137,33 @@ TEST(HostStream, EventsTrackQueuedWork) {
   synchronous_stream_ops().release(z);
 }
 
+// Note [Exposed GC time, measured]: the host backend says how long a stream
+// has had nothing to run: since its last task ended, 0 while it has work.
+TEST(HostStream, IdleSecondsCountFromTheLastTasksEnd) {
+  using clk = std::chrono::steady_clock;
+  host_stream s;
+  stream_ops& ops = host_stream_ops();
+  gate g;  // Note [A stream the test controls]
+  s.enqueue([w = g.holder()] { w.wait(); });
+  event_ref e = ops.record_timed(s.ref());
+  const auto released = clk::now();
+  returns_only_after(g, [&] { ops.synchronize(e); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const double idle = ops.idle_seconds(e);
+  const double most = std::chrono::duration<double>(clk::now() - released).count();
+  EXPECT_GE(idle, 0.019);  // it slept 20 ms after the task ended
+  EXPECT_LE(idle, most);   // the task ended after its gate opened
+  gate g2;
+  s.enqueue([w = g2.holder()] { w.wait(); });
+  EXPECT_EQ(ops.idle_seconds(e), 0.0) << "the stream has work again";
+  returns_only_after(g2, [&] { s.synchronize(); });
+  ops.release(e);
+  event_ref d = ops.record_timed(nullptr);  // the synchronous default stream: nothing to time
+  EXPECT_EQ(ops.idle_seconds(d), -1.0);
+  ops.release(d);
+  EXPECT_EQ(synchronous_stream_ops().idle_seconds(nullptr), -1.0);
+}
+
 TEST(HostResource, UsedAndOutstanding) {
   host_resource h(64 * MiB);
   EXPECT_EQ(h.capacity(), 64 * MiB);

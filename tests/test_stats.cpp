@@ -53,7 +53,7 @@ allocator_stats sample_stats() {
   s.gc.policy = "pressure";
   auto& g = s.gc;  // the fields of Note [Every collection is counted], distinct values
   g.exposed_gc_seconds = 0.75, g.hidden_gc_seconds = 0.5, g.blocking_cycles = 13, g.syncs = 14;
-  g.exposed_gc_seconds_charged = 0.625;
+  g.exposed_gc_seconds_charged = 0.625, g.exposed_gc_seconds_untimed = 0.125;
   g.slack_seconds = 0.00425, g.sync_wait_seconds = 3.5, g.runtime_collections = 15;
   g.runtime_full_collections = 16, g.runtime_gc_seconds = 0.375, g.runtime_seconds_exact = true;
   g.collector_collections = 17, g.gc_seconds_all = 1.625;
@@ -178,12 +178,16 @@ TEST(StatsJson, CollectionFieldsEachUnderItsName) {
       {"runtime_collections", "15"},        {"runtime_full_collections", "16"},
       {"runtime_gc_seconds", "0.375000"},   {"runtime_seconds_exact", "true"},
       {"collector_collections", "17"},      {"gc_seconds_all", "1.625000"},
-      {"exposed_gc_seconds_is_upper_bound", "true"}, {"exposed_gc_seconds_charged", "0.625000"}};
+      {"exposed_gc_seconds_is_upper_bound", "true"}, {"exposed_gc_seconds_untimed", "0.125000"},
+      {"exposed_gc_seconds_charged", "0.625000"}};
   for (const auto& [key, value] : expect)
     EXPECT_TRUE(contains(j, std::string("\"") + key + "\":" + value)) << key << " != " << value << " in " << j;
   allocator_stats inexact = s;
   inexact.gc.runtime_seconds_exact = false;
   EXPECT_TRUE(contains(to_json(inexact), "\"runtime_seconds_exact\":false"));
+  allocator_stats measured = s;  // Note [Exposed GC time, measured]: nothing untimed, no bound
+  measured.gc.exposed_gc_seconds_untimed = 0;
+  EXPECT_TRUE(contains(to_json(measured), "\"exposed_gc_seconds_is_upper_bound\":false"));
 }
 
 TEST(StatsJson, ChangesWithInput) {

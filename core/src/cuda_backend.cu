@@ -146,32 +146,33 @@ __global__ void fill_kernel(unsigned char* p, std::size_t bytes, unsigned char v
 struct event_node {
   cudaEvent_t event = nullptr;
   int device = 0;
+  bool timed = false;  // created with timing (record_timed)
 };
 
 class cuda_events final : public stream_ops {
  public:
-  event_ref record(stream_ref s) override {
-    int device = 0;
-#if CUDART_VERSION >= 12080
-    GCP_CUDA_TRY(cudaStreamGetDevice(as_stream(s), &device));
-#else
-    GCP_CUDA_TRY(cudaGetDevice(&device));  // older runtimes cannot ask the stream; assume the caller's device
-#endif
-    event_node* n = take(device);
-    if (n == nullptr) {
-      device_guard g(device);
-      GCP_CUDA_TRY_AS(g.status(), "cudaSetDevice");
-      cudaEvent_t e = nullptr;
-      // Timing off: these events only order work, and timing makes record/query slower.
-      GCP_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-      n = new event_node{e, device};
-    }
-    const cudaError_t err = cudaEventRecord(n->event, as_stream(s));
-    if (err != cudaSuccess) {
-      release(n);
-      GCP_CUDA_TRY_AS(err, "cudaEventRecord");
-    }
-    return n;
+  // Timing off: these events only order work, and timing makes record/query slower.
+  event_ref record(stream_ref s) override { return record_on(s, false); }
+  event_ref record_timed(stream_ref s) override { return record_on(s, true); }
+
+  // Note [Exposed GC time, measured] (policy.cpp): a timed event recorded
+  // now on a stream of our own, which has no work, completes at once; the
+  // device's clock between the two is how long ago `e` completed. The user's
+  // stream is not used: work queued there since `e` would make us wait.
+  double idle_seconds(event_ref e) override {
+    auto* n = static_cast<event_node*>(e);
+    if (n == nullptr || !n->timed) return -1;
+    cudaStream_t own = own_stream(n->device);
+    event_node* now = static_cast<event_node*>(record_on(own, true));
+    struct rel {
+      cuda_events& ops;
+      event_node* n;
+      ~rel() { ops.release(n); }
+    } r{*this, now};
+    GCP_CUDA_TRY(cudaEventSynchronize(now->event));
+    float ms = 0;
+    GCP_CUDA_TRY(cudaEventElapsedTime(&ms, n->event, now->event));
+    return ms > 0 ? 1e-3 * ms : 0;
   }
 
   bool query(event_ref e) override {
@@ -194,7 +195,7 @@ class cuda_events final : public stream_ops {
     {
       std::lock_guard<std::mutex> lock(mu_);
       try {
-        auto& list = free_[n->device];
+        auto& list = free_[key(n->device, n->timed)];
         if (list.size() < max_cached) {
           list.push_back(n);
           return;
@@ -210,9 +211,46 @@ class cuda_events final : public stream_ops {
   // Enough for every pending cross-stream free of a busy pool; more are destroyed.
   static constexpr std::size_t max_cached = 1024;
 
-  event_node* take(int device) {
+  static int key(int device, bool timed) { return 2 * device + (timed ? 1 : 0); }
+
+  event_ref record_on(stream_ref s, bool timed) {
+    int device = 0;
+#if CUDART_VERSION >= 12080
+    GCP_CUDA_TRY(cudaStreamGetDevice(as_stream(s), &device));
+#else
+    GCP_CUDA_TRY(cudaGetDevice(&device));  // older runtimes cannot ask the stream; assume the caller's device
+#endif
+    event_node* n = take(key(device, timed));
+    if (n == nullptr) {
+      device_guard g(device);
+      GCP_CUDA_TRY_AS(g.status(), "cudaSetDevice");
+      cudaEvent_t e = nullptr;
+      GCP_CUDA_TRY(cudaEventCreateWithFlags(&e, timed ? cudaEventDefault : cudaEventDisableTiming));
+      n = new event_node{e, device, timed};
+    }
+    const cudaError_t err = cudaEventRecord(n->event, as_stream(s));
+    if (err != cudaSuccess) {
+      release(n);
+      GCP_CUDA_TRY_AS(err, "cudaEventRecord");
+    }
+    return n;
+  }
+
+  // One non-blocking stream per device, never destroyed (the ops outlive main).
+  cudaStream_t own_stream(int device) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = free_.find(device);
+    cudaStream_t& s = own_[device];
+    if (s == nullptr) {
+      device_guard g(device);
+      GCP_CUDA_TRY_AS(g.status(), "cudaSetDevice");
+      GCP_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    }
+    return s;
+  }
+
+  event_node* take(int k) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.find(k);
     if (it == free_.end() || it->second.empty()) return nullptr;
     event_node* n = it->second.back();
     it->second.pop_back();
@@ -220,7 +258,8 @@ class cuda_events final : public stream_ops {
   }
 
   std::mutex mu_;
-  std::unordered_map<int, std::vector<event_node*>> free_;
+  std::unordered_map<int, std::vector<event_node*>> free_;  // by key(device, timed)
+  std::unordered_map<int, cudaStream_t> own_;
 };
 
 }  // namespace

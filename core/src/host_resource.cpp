@@ -2,6 +2,8 @@
 // worker threads play the part of kernels still running when buffers drop.
 #include "gcpressure/host_resource.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -15,12 +17,20 @@
 namespace gcpressure {
 
 namespace detail {
+// The steady clock in seconds: the policy's default clock (policy.cpp).
+inline double steady_seconds() noexcept {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 struct host_stream_state {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::function<void()>> queue;
   std::uint64_t submitted = 0;
   std::uint64_t completed = 0;
+  // When the last task finished (steady clock seconds): the stream has been
+  // idle since then if completed == submitted (host_stream_ops::idle_seconds).
+  double completed_at = 0;
   bool stop = false;
   std::thread worker;
 
@@ -35,6 +45,7 @@ struct host_stream_state {
       fn();
       lk.lock();
       ++completed;
+      completed_at = steady_seconds();
       cv.notify_all();
     }
   }
@@ -108,6 +119,15 @@ class host_stream_ops_impl final : public stream_ops {
     ev->stream->wait_for(ev->ticket);
   }
   void release(event_ref e) noexcept override { delete static_cast<host_event*>(e); }
+  // The worker stamps each task's end; events are tickets, so the stream's
+  // idle time is since its last task ended, if nothing is queued after it.
+  double idle_seconds(event_ref e) override {
+    if (!e) return -1;  // the synchronous default stream: no work to time
+    auto* ev = static_cast<host_event*>(e);
+    std::lock_guard<std::mutex> lk(ev->stream->mu);
+    if (ev->stream->completed < ev->stream->submitted) return 0;
+    return std::max(0.0, detail::steady_seconds() - ev->stream->completed_at);
+  }
 };
 
 class sync_stream_ops final : public stream_ops {

@@ -99,9 +99,9 @@ std::string to_text(const allocator_stats& s) {
   for (int i = 0; i < gc_reason_count; ++i) os << " " << to_string(static_cast<gc_reason>(i)) << "=" << g.by_reason[i];
   os << "\n";
   std::snprintf(buf, sizeof buf,
-                "  gc time: exposed %.3f s (upper bound; %.3f s charged), hidden %.3f s; blocking cycles %llu; "
-                "syncs %llu, slack %.3f ms, sync wait %.3f s\n",
-                g.exposed_gc_seconds, g.exposed_gc_seconds_charged, g.hidden_gc_seconds,
+                "  gc time: exposed %.3f s (%.3f s of it untimed, an upper bound; %.3f s charged), hidden %.3f s; "
+                "blocking cycles %llu; syncs %llu, slack %.3f ms, sync wait %.3f s\n",
+                g.exposed_gc_seconds, g.exposed_gc_seconds_untimed, g.exposed_gc_seconds_charged, g.hidden_gc_seconds,
                 static_cast<unsigned long long>(g.blocking_cycles),
                 static_cast<unsigned long long>(g.syncs), g.slack_seconds * 1e3, g.sync_wait_seconds);
   os << buf;
@@ -155,15 +155,17 @@ std::string to_json(const allocator_stats& s) {
                 g.reclaimed_per_collection);
   os << buf;
   // Which figures are exact and which are bounds travels with them:
-  // exposed is an upper bound (Note [Exposed GC time]); the runtime's own
-  // seconds are a lower bound unless runtime_seconds_exact.
+  // exposed is an upper bound where part of it was untimed (Note [Exposed GC
+  // time, measured]); the runtime's own seconds are a lower bound unless
+  // runtime_seconds_exact.
   std::snprintf(buf, sizeof buf,
-                "\"exposed_gc_seconds\":%.6f,\"exposed_gc_seconds_is_upper_bound\":true,"
-                "\"exposed_gc_seconds_charged\":%.6f,\"hidden_gc_seconds\":%.6f,\"blocking_cycles\":%llu,\"syncs\":%llu,\"slack_seconds\":%.6f,"
+                "\"exposed_gc_seconds\":%.6f,\"exposed_gc_seconds_is_upper_bound\":%s,"
+                "\"exposed_gc_seconds_untimed\":%.6f,\"exposed_gc_seconds_charged\":%.6f,\"hidden_gc_seconds\":%.6f,\"blocking_cycles\":%llu,\"syncs\":%llu,\"slack_seconds\":%.6f,"
                 "\"sync_wait_seconds\":%.6f,\"runtime_collections\":%llu,\"runtime_full_collections\":%llu,"
                 "\"runtime_gc_seconds\":%.6f,\"runtime_seconds_exact\":%s,\"collector_collections\":%llu,"
                 "\"gc_seconds_all\":%.6f}}",
-                g.exposed_gc_seconds, g.exposed_gc_seconds_charged, g.hidden_gc_seconds,
+                g.exposed_gc_seconds, g.exposed_gc_seconds_untimed > 0 ? "true" : "false",
+                g.exposed_gc_seconds_untimed, g.exposed_gc_seconds_charged, g.hidden_gc_seconds,
                 static_cast<unsigned long long>(g.blocking_cycles),
                 static_cast<unsigned long long>(g.syncs), g.slack_seconds, g.sync_wait_seconds,
                 static_cast<unsigned long long>(g.runtime_collections),

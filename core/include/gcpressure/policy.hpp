@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -133,6 +134,10 @@ class gc_policy : public allocation_hook {
     device_probe* prev_ = nullptr;
     bool done_ = false;
     double last_busy_at_ = 0, done_at_ = 0;  // when busy() last saw it busy / first saw it done
+    // When the device went idle, if the backend could tell (Note [Exposed
+    // GC time, measured]); -infinity: unknown, every pause after the event
+    // counts as exposed.
+    double idle_from_ = -std::numeric_limits<double>::infinity();
     std::exception_ptr error_;
   };
 
@@ -177,7 +182,9 @@ class gc_policy : public allocation_hook {
   double slack_estimate() const noexcept;
   std::uint64_t sync_count() const noexcept;
   // Exposed seconds of the collections this policy ran (not the runtime's
-  // own). Thread-safe; finalizer-safe.
+  // own), as the probe bounds them: a collection during which the device
+  // finished counts whole (Note [Exposed GC time, measured]: what the budget
+  // learns from). Thread-safe; finalizer-safe.
   double own_exposed_seconds() const noexcept;
   // Seconds the host waited for the device in syncs, plus the policy's
   // collection time that device work hid: the time device work left idle
@@ -275,6 +282,7 @@ class gc_policy : public allocation_hook {
   const clock_source* clock_;
   mutable std::mutex stats_mu_;
   collection_stats stats_;
+  double probe_exposed_ = 0;  // own_exposed_seconds (under stats_mu_)
   std::uint64_t collections_ = 0;
   double start_;
   collector_counters counters0_;  // the collector's counters when the policy was made

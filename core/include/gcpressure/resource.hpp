@@ -27,6 +27,17 @@ class stream_ops {
   virtual void synchronize(event_ref e) = 0;
   // Frees the event. noexcept: safe during process exit.
   virtual void release(event_ref e) noexcept = 0;
+  // Note [Exposed GC time, measured] (core/src/policy.cpp): an event for
+  // idle_seconds(); backends that cannot time their events return record(s).
+  virtual event_ref record_timed(stream_ref s) { return record(s); }
+  // For a completed event of record_timed() (query() returned true): for how
+  // many seconds the stream it was recorded on has had nothing to run (0 if
+  // it has work again); -1 where the backend cannot tell. Does not wait for
+  // the stream's work. Thread-safe like record().
+  virtual double idle_seconds(event_ref e) {
+    (void)e;
+    return -1;
+  }
 };
 
 // Stream ops for a backend whose work is always complete (synchronous).

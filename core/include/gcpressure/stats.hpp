@@ -70,14 +70,18 @@ struct collection_stats {
   double gc_seconds = 0;          // time spent in collections the library asked for
   double longest_pause_seconds = 0;
   // Note [Exposed GC time] (core/src/policy.cpp): of gc_seconds, the part
-  // that did not overlap outstanding device work: an upper bound (a slice
-  // during which the device finished counts whole).
+  // that did not overlap outstanding device work: measured where the backend
+  // times its events (CUDA, host), else an upper bound (a collection during
+  // which the device finished counts whole: Note [Exposed GC time, measured]).
   double exposed_gc_seconds = 0;
+  // Of exposed_gc_seconds, what was counted whole for want of a timed event
+  // (and the runtime's own collections): the upper-bound part. 0: exact.
+  double exposed_gc_seconds_untimed = 0;
   double hidden_gc_seconds = 0;   // gc_seconds - exposed: run while the device was still busy
-  // The exposed time as the policy's GC budget counts it: exposed_gc_seconds
-  // less what the device's lag is known to have hidden (Note [Charging what
-  // the lag hid], core/src/pressure_learn.cpp); equal for other policies. A
-  // central figure beside the upper bound, not a lower bound.
+  // The exposed time as the policy's GC budget counts it: the probe's upper
+  // bound (every collection the device finished in, whole) less what the
+  // device's lag is known to have hidden (Note [Charging what the lag hid],
+  // core/src/pressure_learn.cpp); the bound itself for other policies.
   double exposed_gc_seconds_charged = 0;
   // Whole-heap cycles whose slices ran back to back because memory was
   // needed at once: blocking, their pause is the sum of the slices.
