@@ -436,6 +436,7 @@ void collect_results(loop_state& s) {
   r.gc_seconds = g.gc_seconds - b.gc_seconds;
   r.exposed_gc_seconds = g.exposed_gc_seconds - b.exposed_gc_seconds;
   r.exposed_gc_seconds_charged = g.exposed_gc_seconds_charged - b.exposed_gc_seconds_charged;
+  r.exposed_gc_seconds_untimed = g.exposed_gc_seconds_untimed - b.exposed_gc_seconds_untimed;
   r.hidden_gc_seconds = g.hidden_gc_seconds - b.hidden_gc_seconds;
   r.gc_seconds_all = g.gc_seconds_all - b.gc_seconds_all;
   r.finalized = g.finalized - b.finalized;

@@ -65,11 +65,14 @@ std::string bounds(const result& r) {
                                                  : "the runtime's own time (a lower bound: its incremental work "
                                                    "inside its allocator is not timed)";
   json_line j;
-  j.s("exposed_gc_seconds", "policy part an upper bound (a slice during which the device finished counts whole; "
+  j.s("exposed_gc_seconds", "policy part measured where the backend times its events (the part after the device "
+                            "went idle), else counted whole (exposed_gc_seconds_untimed; "
                             "collections with no device probe count whole) plus " + rt);
-  j.s("exposed_gc_seconds_charged", "exposed_gc_seconds less what the device's lag is known to have hidden: "
-                                    "what the policy's budget counts (pressure), a central figure");
-  j.s("hidden_gc_seconds", "a lower bound (only collections after which the device was still busy)");
+  j.s("exposed_gc_seconds_charged", "the probe's upper bound (a collection the device finished in counts whole) less "
+                                    "what the device's lag is known to have hidden: what the policy's budget counts "
+                                    "(pressure); may exceed a measured exposed_gc_seconds");
+  j.s("hidden_gc_seconds", "measured where the backend times its events, else a lower bound (only collections "
+                           "after which the device was still busy)");
   j.s("runtime_gc_seconds", rt);
   j.s("gc_seconds_all", "the policy's time (exact) plus " + rt);
   j.s("collections_full_steady_any", "an upper bound: the runtime's own whole-heap collections are counted as "
@@ -199,6 +202,7 @@ std::string to_json(const result& r) {
   j.d("max_pause_seconds", r.max_pause_seconds).d("max_iteration_seconds", r.max_iteration_seconds);
   j.d("gc_seconds", r.gc_seconds).d("gc_fraction", r.gc_fraction);
   j.d("exposed_gc_seconds", r.exposed_gc_seconds).d("exposed_gc_fraction", r.exposed_gc_fraction);
+  j.d("exposed_gc_seconds_untimed", r.exposed_gc_seconds_untimed);
   j.d("exposed_gc_seconds_charged", r.exposed_gc_seconds_charged)
       .d("exposed_gc_fraction_charged", r.exposed_gc_fraction_charged);
   j.d("hidden_gc_seconds", r.hidden_gc_seconds).d("gc_seconds_all", r.gc_seconds_all);

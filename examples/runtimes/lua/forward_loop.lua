@@ -434,7 +434,7 @@ local summary = {
     .. 'generational mode, counted a few steps late in incremental mode","runtime_full_collections":"generational '
     .. 'mode: a lower bound (an old sentinel; majors while it ages are missed); incremental mode: every cycle",'
     .. '"runtime_gc_seconds":"unknown (0): Lua\'s own collections cannot be timed","exposed_gc_seconds":"the '
-    .. 'policy\'s part only (an upper bound); Lua\'s own time is unknown","collections_full_steady":"the policy\'s '
+    .. 'policy\'s part only (measured where the backend times its events, else an upper bound); Lua\'s own time is unknown","collections_full_steady":"the policy\'s '
     .. 'parts exact; Lua\'s own whole-heap cycles as above, counted as blocking"}' } },
 }
 

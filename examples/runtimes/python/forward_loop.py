@@ -477,7 +477,8 @@ def summary(args, fl, wall, iterations, py_by_gen, col0, full_at_steady) -> dict
             "collections_runtime": "exact: CPython's own collections seen by gc.callbacks",
             "runtime_full_collections": "exact: generation-2 collections",
             "runtime_gc_seconds": "exact: timed from gc.callbacks start to stop",
-            "exposed_gc_seconds": "the policy's part an upper bound; CPython's own time all counted",
+            "exposed_gc_seconds": "the policy's part measured where the backend times its events, else an "
+                                  "upper bound; CPython's own time all counted",
             "collections_full_steady": "exact: CPython's collections are stop-the-world",
         },
     }
