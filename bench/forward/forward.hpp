@@ -239,7 +239,7 @@ struct result {
   double gc_seconds = 0;            // time in collections the policy ran (+ finalizers, drain)
   double exposed_gc_seconds = 0;    // policy exposed (measured where timed) + the runtime's own time (all exposed)
   double exposed_gc_seconds_untimed = 0;  // of it, counted whole: the upper-bound part (collection_stats)
-  double hidden_gc_seconds = 0;     // policy time that overlapped device work (exact lower bound)
+  double hidden_gc_seconds = 0;     // policy time that overlapped device work (measured where timed, else a lower bound)
   double gc_seconds_all = 0;        // policy + the runtime's own time
   double wall_seconds = 0;          // the loop only
   double time_per_iter = 0;
