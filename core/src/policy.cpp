@@ -251,14 +251,22 @@ bool gc_policy::device_probe::busy() {
     error_ = std::current_exception();
   }
   (done_ ? done_at_ : last_busy_at_) = p_.now();
-  if (done_ && !error_) {
+  return !done_;
+}
+
+// Asked only when a collection ends with the device done (account_exposure),
+// once: a sync that collects nothing pays no timing (CUDA: an event record
+// and an event wait).
+double gc_policy::device_probe::idle_from() {
+  if (!idle_asked_ && done_ && !error_ && ops_ && event_) {
+    idle_asked_ = true;
     try {
       const double idle = ops_->idle_seconds(event_);
-      if (idle >= 0) idle_from_ = std::max(done_at_ - idle, last_busy_at_);
+      if (idle >= 0) idle_from_ = std::max(p_.now() - idle, last_busy_at_);
     } catch (...) {  // unknown: the upper bound
     }
   }
-  return !done_;
+  return idle_from_;
 }
 
 void gc_policy::device_probe::rethrow() {
@@ -269,9 +277,10 @@ void gc_policy::account_exposure(double seconds) {
   device_probe* probe = t_probe && &t_probe->p_ == this ? t_probe : nullptr;
   const bool hidden = probe && probe->busy();
   // The collection ran [end - seconds, end]: exposed after the device went idle.
-  const bool timed = probe && probe->idle_from_ > -std::numeric_limits<double>::infinity();
+  const double idle_from = probe && !hidden ? probe->idle_from() : -std::numeric_limits<double>::infinity();
+  const bool timed = idle_from > -std::numeric_limits<double>::infinity();
   const double end = now();
-  const double exposed = hidden ? 0 : timed ? std::clamp(end - probe->idle_from_, 0.0, seconds) : seconds;
+  const double exposed = hidden ? 0 : timed ? std::clamp(end - idle_from, 0.0, seconds) : seconds;
   if (opts_.verbose && seconds >= 1e-4) {  // --verbose: each part of a collection, as the probe saw it
     const char* what = cycle_active() ? "a slice" : "a collection";
     if (exposed > 0 && exposed < seconds)

@@ -138,6 +138,8 @@ class gc_policy : public allocation_hook {
     // GC time, measured]); -infinity: unknown, every pause after the event
     // counts as exposed.
     double idle_from_ = -std::numeric_limits<double>::infinity();
+    bool idle_asked_ = false;
+    double idle_from();  // asks the backend once, after busy() saw it done
     std::exception_ptr error_;
   };
 
