@@ -273,6 +273,23 @@ TEST(CostModel, TheLoopsFirstMinorReplacesTheSetUpSamples) {
   EXPECT_GT(m.predict(256 * kMiB), 2.47e-3);
 }
 
+// Note [The loop's first sync learns its minor]: a minor before the loop
+// began that found garbage counted as the loop's (Node's second set-up
+// scavenge, 5.6 ms); when the loop begins, the loop's next minor replaces
+// every sample before it.
+TEST(CostModel, MinorsBeforeTheLoopBeganAreTheSetUps) {
+  gcpressure::detail::cost_model m;
+  m.add(1 * kMiB, 4.6e-3);  // skipped
+  m.add(1 * kMiB, 5.6e-3);  // found garbage: counted as the loop's
+  EXPECT_TRUE(m.loop_priced());
+  m.loop_begins();
+  EXPECT_FALSE(m.loop_priced());
+  EXPECT_NEAR(m.predict(2 * kMiB), 5.6e-3, 1e-9) << "it prices minors until the loop has one";
+  m.add(2 * kMiB, 0.45e-3);
+  EXPECT_TRUE(m.loop_priced());
+  EXPECT_NEAR(m.predict(2 * kMiB), 0.45e-3, 1e-9) << "the loop's first minor replaced it";
+}
+
 // Note [The loop's first minors are tried smaller]: the loop's first minor
 // (6.8 ms at 384 MiB on the H100) asks for a try at about its young volume
 // or fewer until the loop has four minors; then only three times smaller.

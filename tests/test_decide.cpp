@@ -318,6 +318,37 @@ TEST(Decide, ASyncTriesTheSmallerMinorTheCostModelAsksFor) {
   EXPECT_FALSE(r.probe);
 }
 
+// Note [The loop's first sync learns its minor]: until the loop has a
+// minor of its own, a sync collects what is worth a collection at all if
+// the bucket can pay the exposed part; not at a hint, not once priced.
+TEST(Decide, TheLoopsFirstSyncLearnsItsMinorIfTheBucketPays) {
+  const d::pressure_tuning t;
+  auto s = base(d::pressure_event::sync);
+  s.dev.young = 2 * MiB;
+  s.wall = 0.002;  // the loop's first iterations: 0.1 ms of budget earned
+  s.exposed = t.gc_budget * s.wall - 2 * s.pause;  // the bucket's start: two predicted pauses in hand
+  ASSERT_EQ(d::decide(s, t).action, d::pressure_action::none) << "priced at 6 ms, 2 MiB is not due";
+  s.loop_unpriced = true;
+  auto r = d::decide(s, t);
+  EXPECT_EQ(r.action, d::pressure_action::minor);
+  EXPECT_TRUE(r.learn);
+  EXPECT_FALSE(r.probe);
+  s.exposed = t.gc_budget * s.wall - 0.5 * s.pause;  // the bucket holds less than the exposed part
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
+  s.lag = 5.5 * ms;  // the device hides all but 0.5 ms of it: that much is enough
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::minor);
+  s.lag = 0;
+  s.exposed = t.gc_budget * s.wall - 2 * s.pause;
+  s.dev.young = t.min_young_bytes - 1;  // not worth a collection at all
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
+  s.dev.young = 2 * MiB;
+  s.event = d::pressure_event::hint;  // only syncs
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
+  s.event = d::pressure_event::sync;
+  s.loop_unpriced = false;  // the loop has a minor of its own: the budget rule
+  EXPECT_EQ(d::decide(s, t).action, d::pressure_action::none);
+}
+
 // A cycle in progress: finished at once where memory is needed, advanced at
 // syncs, paced by the exposed budget elsewhere; a sliced minor waits.
 // Note [Syncs collect what the next stretch would]: a sync whose slack

@@ -66,6 +66,12 @@ class cost_model {
   }
   // A sync passed (Note [Tries are paced in syncs]).
   void sync_passed() noexcept { ++since_probe_; }
+  // The loop began (its first hint or sync): a minor before it, whatever
+  // it found, was the set-up's, and the loop's first replaces it (Note
+  // [The loop's first sync learns its minor], pressure_model.hpp).
+  void loop_begins() noexcept { loop_seen_ = false; }
+  // The loop has a minor of its own among the samples.
+  bool loop_priced() const noexcept { return loop_seen_; }
   bool known() const noexcept { return !samples_.empty(); }
   double mean() const noexcept { return ema_; }
   // Fixed part a and per-byte part b of a collection's cost.

@@ -67,6 +67,7 @@ namespace gcpressure::detail {
 void pressure_policy::start_budget() {
   if (loop_started_ >= 0) return;
   loop_started_ = now();
+  minor_cost_.loop_begins();  // Note [The loop's first sync learns its minor]
   exposed_before_loop_ = charged_exposed();
   bucket_started_ = false;  // Note [A budget of one second]: it starts with the loop, two pauses in hand
 }

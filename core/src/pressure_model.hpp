@@ -99,6 +99,7 @@ struct pressure_snapshot {
   double cycle_rest = 0;            // seconds a whole-heap cycle still needs (Note [Finishing a cycle costs its rest])
   bool syncing = false;             // the loop synchronizes at its hints (hints defer to syncs)
   bool smaller_wanted = false;      // the cost model asks to try this smaller minor (Note [A smaller minor is tried])
+  bool loop_unpriced = false;       // the loop began and has no minor of its own (Note [The loop's first sync learns its minor])
 };
 
 enum class pressure_action { none, minor, step_cycle, finish_cycle };
@@ -109,6 +110,7 @@ struct pressure_decision {
   bool hidden = false;              // the predicted pause fits in the lag
   bool headroom = false;            // asked for by the headroom alone
   bool probe = false;               // a smaller minor tried at a sync (Note [A smaller minor is tried])
+  bool learn = false;               // the loop's first minor, to learn its cost (Note [The loop's first sync learns its minor])
 };
 
 // Allocated bytes above which an allocation is over the headroom.
@@ -298,7 +300,22 @@ inline pressure_decision decide(const pressure_snapshot& s, const pressure_tunin
       // more exposed minor, +1.3% of wall on the fake clock).
       r.probe = s.smaller_wanted && !r.hidden && s.lag > 0 && s.pause <= t.try_reach * s.lag && d.young < r.threshold &&
                 !soon;
-      if (d.young >= t.min_young_bytes && (d.young >= r.threshold || soon || r.probe)) r.action = pressure_action::minor;
+      // Note [The loop's first sync learns its minor]
+      // The loop's minors are priced by the set-up's until the loop has one
+      // of its own (Note [The loop's minors price the loop's]), and the
+      // set-up's can be ten times dearer: V8's first scavenges, while Node
+      // built its model, took 4.6-5.6 ms, the loop's 0.4-0.7 ms. In a loop
+      // whose syncs find the device idle (no lag: no try, Note [A smaller
+      // minor is tried]) the young bytes then ran to the headroom before
+      // the loop's first minor, 6x the oracle's peak (bench/RESULTS.md,
+      // session 22). So the loop's first sync with young bytes worth a
+      // collection collects, if the budget's bucket can pay its exposed
+      // part: it starts with two predicted pauses (Note [A budget of one
+      // second]), so this costs the loop at most one minor it would have
+      // paid for later anyway, once.
+      r.learn = s.loop_unpriced && s.cost_known && s.exposed + exposed_part(s.pause, s.lag) <= t.gc_budget * s.wall;
+      if (d.young >= t.min_young_bytes && (d.young >= r.threshold || soon || r.probe || r.learn))
+        r.action = pressure_action::minor;
       break;
     }
   }

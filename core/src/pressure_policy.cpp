@@ -263,6 +263,7 @@ detail::pressure_snapshot pressure_policy::snapshot(std::size_t i, pressure_even
   // the guess (Note [A guess before the first sync]) tests nothing.
   s.smaller_wanted = event == pressure_event::sync && !lag_guessed_ &&
                      minor_cost_.wants_smaller(static_cast<double>(young_all()));
+  s.loop_unpriced = loop_started_ >= 0 && !minor_cost_.loop_priced();
   s.exposed = budget_spent(s.pause);  // Note [The budget starts with the loop], Note [A budget of one second]
   s.wall = budget_wall();
   s.headroom_collections = headroom_collections_;
@@ -357,6 +358,7 @@ bool pressure_policy::sync_due(bool idle, bool* on_guess) {
     if (dec.action != pressure_action::minor) continue;
     *on_guess = !idle && dec.hidden && lag_guessed_;
     probing_ = dec.probe;
+    learning_ = dec.learn && s.dev.young < dec.threshold;
     return true;
   }
   return false;
@@ -383,7 +385,7 @@ void pressure_policy::block_work(const std::function<bool()>& device_busy) {
       const double pause = minor_cost_.known() ? minor_cost_.predict(static_cast<double>(young_all())) : 0;
       std::fprintf(stderr, "gcpressure[pressure]: at a sync: young %s, predicted minor %.3f ms, slack %.3f ms%s\n",
                    format_bytes(young_all()).c_str(), pause * 1e3, slack_estimate() * 1e3,
-                   probing_ ? " (a smaller minor tried)" : "");
+                   probing_ ? " (a smaller minor tried)" : learning_ ? " (the loop's first, to learn its cost)" : "");
     }
     begin_minor(on_guess, device_busy() ? slack_estimate() : 0);
     finish_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment), gc_reason::quiet_moment);

@@ -111,6 +111,7 @@ class pressure_policy final : public gc_policy {
   bool lag_guessed_ = false;        // the last snapshot's lag rests on the guess
   bool minor_on_guess_ = false;     // the minor in progress was taken on it
   bool probing_ = false;            // the minor in progress tries a smaller one (Note [A smaller minor is tried])
+  bool learning_ = false;           // the sync's minor is the loop's first (verbose; Note [The loop's first sync learns its minor])
   double lag_guess_share_ = 1;      // the guess, x the predicted pause (Note [A guess before the first sync])
   double full_cost_ = 0, full_wall_ = 0;
   double cycle_started_ = 0, exposed_at_cycle_start_ = 0;
