@@ -502,6 +502,11 @@ double gc_policy::own_exposed_seconds() const noexcept {
   return probe_exposed_;
 }
 
+gc_policy::exposure gc_policy::own_exposure() const noexcept {
+  std::lock_guard<std::mutex> s(stats_mu_);
+  return {stats_.exposed_gc_seconds, stats_.exposed_gc_seconds_untimed};
+}
+
 double gc_policy::slack_estimate() const noexcept {
   std::lock_guard<std::mutex> s(stats_mu_);
   return slack_;

@@ -114,7 +114,7 @@ void pressure_policy::before_allocate(device_allocator& a, std::size_t bytes, st
     if (opts_.verbose) explain_early(snap, dec);
     for (std::size_t j = 0; j < device_count(); ++j) dev_[j].collected_since_quiet += device(j).since_mark();
     if (dec.headroom) ++headroom_collections_;
-    begin_minor(dec.hidden && lag_guessed_, lag_guessed_ ? 0 : snap.lag, true);
+    begin_minor(dec.hidden && lag_guessed_ ? snap.lag : 0, lag_guessed_ ? 0 : snap.lag, true);
     const outcome o = run_collection(gc_kind::minor, gc_reason::early);
     // Note [No collection storms]: a headroom collection that found little
     // on this device doubles the young bytes the next one needs there.
@@ -305,8 +305,9 @@ void pressure_policy::hint_work(double at) {
   syncing_ = syncs > 0 && hints_since_sync_ <= 64;
   syncs_at_quiet_ = syncs;
 
-  bool minor = false, step = false, on_guess = false;
+  bool minor = false, step = false;
   double lag_known = 0;  // the lag the minor runs against (Note [Charging what the lag hid])
+  double guessed = 0;    // or the guessed lag it is hidden in (Note [A guess before the first sync])
   for (std::size_t i = 0; i < device_count(); ++i) {
     learn_stretch(i, at);
     const detail::pressure_snapshot snap = snapshot(i, pressure_event::hint, 0, at);
@@ -320,7 +321,7 @@ void pressure_policy::hint_work(double at) {
                    collects ? "" : ", no minor", format_bytes(snap.dev.young).c_str(),
                    format_bytes(dec.threshold).c_str(), snap.pause * 1e3, snap.lag * 1e3,
                    dec.hidden ? ", hidden" : snap.syncing ? "" : ", no sync lately");
-    on_guess = on_guess || (dec.action == pressure_action::minor && dec.hidden && lag_guessed_);
+    if (dec.action == pressure_action::minor && dec.hidden && lag_guessed_) guessed = std::max(guessed, snap.lag);
     minor = minor || dec.action == pressure_action::minor;
     if (!lag_guessed_) lag_known = std::max(lag_known, snap.lag);
     step = step || dec.action == pressure_action::step_cycle;
@@ -334,16 +335,17 @@ void pressure_policy::hint_work(double at) {
     outcome o;
     if (step_full_cycle(gc_reason::quiet_moment, &o)) learn_full(o);
   } else {
-    begin_minor(on_guess, lag_known, true);
+    begin_minor(guessed, lag_known, true);
     finish_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment), gc_reason::quiet_moment);
   }
   probe.rethrow();
 }
 
 // True if some device asks for a minor at this sync (`idle`: the device
-// is done, nothing is hidden). `*on_guess`: that minor is hidden only on
-// the guess (Note [A guess before the first sync]), which it then tests.
-bool pressure_policy::sync_due(bool idle, bool* on_guess) {
+// is done, nothing is hidden). `*guessed`: the guessed lag that minor is
+// hidden in, if only on the guess (Note [A guess before the first sync]),
+// which it then tests; else 0.
+bool pressure_policy::sync_due(bool idle, double* guessed) {
   for (std::size_t i = 0; i < device_count(); ++i) {
     detail::pressure_snapshot s = snapshot(i, pressure_event::sync, 0);
     if (idle) s.lag = 0;
@@ -356,7 +358,7 @@ bool pressure_policy::sync_due(bool idle, bool* on_guess) {
                    s.lag * 1e3, idle ? " (idle)" : "", format_bytes(static_cast<std::size_t>(s.dev.rate)).c_str(),
                    s.dev.yield, s.dev.futile, s.exposed * 1e3, s.wall * 1e3);
     if (dec.action != pressure_action::minor) continue;
-    *on_guess = !idle && dec.hidden && lag_guessed_;
+    *guessed = !idle && dec.hidden && lag_guessed_ ? s.lag : 0;
     probing_ = dec.probe;
     learning_ = dec.learn && s.dev.young < dec.threshold;
     return true;
@@ -369,8 +371,8 @@ void pressure_policy::block_work(const std::function<bool()>& device_busy) {
   const double deadline = now() + slack_estimate();
   const auto room = [&] { return now() + opts_.slice_seconds <= deadline && device_busy(); };
   if (!cycle_active()) {
-    bool on_guess = false;
-    if (!sync_due(!device_busy(), &on_guess)) return;
+    double guessed = 0;
+    if (!sync_due(!device_busy(), &guessed)) return;
     // Note [Minors at syncs run whole]
     // bdwgc's incremental minor cannot be sliced finer than what it does
     // with the world stopped (the O(heap blocks) part): measured on the
@@ -387,7 +389,7 @@ void pressure_policy::block_work(const std::function<bool()>& device_busy) {
                    format_bytes(young_all()).c_str(), pause * 1e3, slack_estimate() * 1e3,
                    probing_ ? " (a smaller minor tried)" : learning_ ? " (the loop's first, to learn its cost)" : "");
     }
-    begin_minor(on_guess, device_busy() ? slack_estimate() : 0);
+    begin_minor(guessed, device_busy() ? slack_estimate() : 0);
     finish_minor(run_collection(gc_kind::minor, gc_reason::quiet_moment), gc_reason::quiet_moment);
     if (!cycle_active()) return;
   }

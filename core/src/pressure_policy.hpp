@@ -67,7 +67,7 @@ class pressure_policy final : public gc_policy {
   detail::device_snapshot device_view(std::size_t i, std::size_t bytes) const;
   detail::pressure_snapshot snapshot(std::size_t i, pressure_event event, std::size_t bytes, double at = -1);
   void hint_work(double at);
-  bool sync_due(bool idle, bool* on_guess);
+  bool sync_due(bool idle, double* guessed);
   void block_work(const std::function<bool()>& device_busy);
   bool nothing_due(std::size_t i, device_allocator& a, std::size_t bytes) const noexcept;
   bool take_allowance(std::size_t i, std::size_t bytes) const noexcept;
@@ -85,8 +85,9 @@ class pressure_policy final : public gc_policy {
   void learn_stretch(std::size_t i, double t);
   void learn_rate_at_hint(device_state& d, double bytes, double t);
   void learn_rate(const outcome& o);
-  void begin_minor(bool on_guess = false, double lag = 0, bool from_events = false);
-  void charge_minor(const outcome& o);
+  bool found_its_guess(const outcome& o) const;
+  void begin_minor(double guessed = 0, double lag = 0, bool from_events = false);
+  void charge_minor(const outcome& o, bool guess_stood = false);
   // The exposed GC seconds the budget counts (Note [Charging what the lag hid]).
   double charged_exposed() const noexcept { return own_exposed_seconds() - overcharge_.load(std::memory_order_relaxed); }
   double uncharged_seconds() const noexcept override { return overcharge_.load(std::memory_order_relaxed); }
@@ -109,7 +110,8 @@ class pressure_policy final : public gc_policy {
   std::atomic<double> overcharge_{0};
   bool minor_begun_ = false;  // begin_minor() set the two above for the minor in progress
   bool lag_guessed_ = false;        // the last snapshot's lag rests on the guess
-  bool minor_on_guess_ = false;     // the minor in progress was taken on it
+  double guess_at_minor_start_ = 0;  // the guessed lag the minor in progress was taken in (0: none)
+  exposure exposure_at_minor_start_;  // own_exposure() then (Note [An overrun minor does not refute the guess])
   bool probing_ = false;            // the minor in progress tries a smaller one (Note [A smaller minor is tried])
   bool learning_ = false;           // the sync's minor is the loop's first (verbose; Note [The loop's first sync learns its minor])
   double lag_guess_share_ = 1;      // the guess, x the predicted pause (Note [A guess before the first sync])

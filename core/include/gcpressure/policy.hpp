@@ -188,6 +188,14 @@ class gc_policy : public allocation_hook {
   // finished counts whole (Note [Exposed GC time, measured]: what the budget
   // learns from). Thread-safe; finalizer-safe.
   double own_exposed_seconds() const noexcept;
+  // The same collections' exposed seconds as measured where the backend
+  // times the device's idle moment, and the part of them that was not
+  // timed (counted whole): Note [Exposed GC time, measured]. Thread-safe;
+  // finalizer-safe.
+  struct exposure {
+    double measured = 0, untimed = 0;
+  };
+  exposure own_exposure() const noexcept;
   // Seconds the host waited for the device in syncs, plus the policy's
   // collection time that device work hid: the time device work left idle
   // on the host. Thread-safe; finalizer-safe.
