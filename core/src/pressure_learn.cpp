@@ -298,14 +298,16 @@ void pressure_policy::charge_minor(const outcome& o, bool guess_stood) {
 // iteration's lag, and skip: on the fake clock (3 ms minors priced by the
 // set-up, the loop's first one 7 ms, 5.5 ms iterations, a sync every 8)
 // two hints skipped and the start-up held three iterations of
-// temporaries; on the H100 (256 MiB host heap, K = 8 and 32) 3 of 6
-// repetitions had two minors fewer and peaked at iteration 4 at 2.27x the
-// oracle's peak, the others at 1.39x (bench/RESULTS.md, session 25). An
-// untimed exposure (the probe's bound only) refutes as before. A guess
-// that stands is charged what was measured (Note [Charging what the lag
-// hid]): charged whole by the probe's bound, such minors (12.6 ms, 0.5 ms
-// of it exposed, on the fake clock's 12 ms minors against 5.5 ms
-// iterations) spent the budget that the loop's later syncs needed.
+// temporaries, the shape of the H100's 2.27x repetitions at 256 MiB, K = 8
+// and 32 (two minors fewer, the peak at iteration 4; bench/RESULTS.md,
+// sessions 25-26). A minor that found less than the guess still refutes
+// it, also where that iteration was queued at the set-up's pace (the
+// H200's traced start-up, session 23). An untimed exposure (the probe's
+// bound only) refutes as before. A guess that stands is charged what was
+// measured (Note [Charging what the lag hid]): charged whole by the
+// probe's bound, such minors (12.6 ms, 0.5 ms of it exposed, on the fake
+// clock's 12 ms minors against 5.5 ms iterations, a sync every 8) spent
+// the budget the later syncs needed (steady peak 160 -> 224 MiB).
 bool pressure_policy::found_its_guess(const outcome& o) const {
   constexpr double k_tolerance = 0.9;  // the probe's poll and the clock's reads: not a wrong guess
   const exposure e = own_exposure();

@@ -2,7 +2,12 @@
 # Session 26, call 2 (the GPU machine, repository root). Two builds (Release, sm_90; README's GPU recipe):
 # m = main at e8ebc9b (build-gpu-n), x = main + Note [An overrun minor does not refute the guess]
 # (build-gpu: forward_loop, test_gpu). Carry build-gpu/runtime-libs, build-gpu/examples/forward_loop,
-# build-gpu/tests/test_gpu, build-gpu-n/examples/forward_loop. Phases, each its own tarball:
+# build-gpu/tests/test_gpu, build-gpu-n/examples/forward_loop. Builds, here (2 cores, ~1 min each once
+# configured): cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
+# cmake --build build-gpu --target forward_loop test_gpu && bash ../shared/gpu/bundle-libs.sh
+# build-gpu/runtime-libs build-gpu/examples/forward_loop build-gpu/tests/test_gpu; m the same in a worktree
+# at e8ebc9b (git worktree add /tmp/m e8ebc9b; cmake -S /tmp/m -B build-gpu-n ... --target forward_loop).
+# Phases, each its own tarball:
 #  t: x's test_gpu (every Gpu / GpuPool test)                                                  -> test_gpu.log
 #  v: x, the 256 MiB K = 8 start-up with --verbose (pressure + the oracle, 3 reps)             -> v.tgz
 #  a: m and x interleaved, 256 MiB, K = 8 and 32, steady, pressure + CUDA.jl's rule + the oracle,
