@@ -3,7 +3,8 @@
 # (git worktree add /tmp/mainref be39ac8; cmake -S /tmp/mainref -B /tmp/mainref/build -G Ninja
 # -DCMAKE_BUILD_TYPE=Release -DGCPRESSURE_WITH_CUDA=ON; cmake --build /tmp/mainref/build) and n = main +
 # Note [An overrun minor does not refute the guess] (build/release), two rounds interleaved. Run from the
-# repository root; the tables and every run's JSON go to this folder; then python3 table.py there.
+# repository root; the tables and every run's JSON go to this folder; then, in this folder,
+# python3 ../host-2026-12-07-runtimes-s25/table.py.
 D=bench/results/host-2026-12-08-runtimes-s26
 for r in 1 2; do
   for v in m n; do
