@@ -316,6 +316,21 @@ bool pressure_policy::found_its_guess(const outcome& o) const {
   return found >= k_tolerance * guess_at_minor_start_;
 }
 
+// --verbose: what a minor taken on the guess found, and what became of the
+// guess (the start-up's skipped hints follow from it: bench/RESULTS.md,
+// session 26). `share`: the guess's share of the pause before this minor.
+void pressure_policy::explain_guess(const outcome& o, double share) const {
+  const exposure e = own_exposure();
+  const bool timed = e.untimed == exposure_at_minor_start_.untimed;
+  const double found = o.seconds - (e.measured - exposure_at_minor_start_.measured);
+  char what[64] = "an untimed amount";
+  if (timed && found >= o.seconds) std::snprintf(what, sizeof what, "more than %.3f ms queued (hidden)", o.seconds * 1e3);
+  else if (timed) std::snprintf(what, sizeof what, "%.3f ms queued", found * 1e3);
+  std::fprintf(stderr, "gcpressure[pressure]:   on a guessed lag of %.3f ms: found %s; the guess %s (share %.3g -> %.3g)\n",
+               guess_at_minor_start_ * 1e3, what, lag_guess_share_ < share ? "halves" : "stands", share,
+               lag_guess_share_);
+}
+
 // `loop`: the minor belongs to the loop, and its yield is the loop's (Note
 // [Set-up minors teach the cost only]; their futility is not learned
 // either way: a set-up keeps its bytes, so none are gone).
@@ -325,8 +340,10 @@ void pressure_policy::learn_minor(const outcome& o, bool loop) {
   // guess that was a quarter exposed or more halves it, unless it found the
   // guessed lag queued (Note [An overrun minor does not refute the guess]).
   const bool stood = guess_at_minor_start_ > 0 && found_its_guess(o);
+  const double share = lag_guess_share_;
   if (guess_at_minor_start_ > 0 && !stood && charged_exposed() - exposed_at_minor_start_ > 0.25 * o.seconds)
     lag_guess_share_ = lag_guess_share_ > 1.0 / 16 ? lag_guess_share_ / 2 : 0;
+  if (opts_.verbose && guess_at_minor_start_ > 0) explain_guess(o, share);
   guess_at_minor_start_ = 0;
   charge_minor(o, stood);
   minor_cost_.add(static_cast<double>(o.young_before), o.seconds, std::exchange(probing_, false), loop);

@@ -86,6 +86,7 @@ class pressure_policy final : public gc_policy {
   void learn_rate_at_hint(device_state& d, double bytes, double t);
   void learn_rate(const outcome& o);
   bool found_its_guess(const outcome& o) const;
+  void explain_guess(const outcome& o, double share) const;
   void begin_minor(double guessed = 0, double lag = 0, bool from_events = false);
   void charge_minor(const outcome& o, bool guess_stood = false);
   // The exposed GC seconds the budget counts (Note [Charging what the lag hid]).
