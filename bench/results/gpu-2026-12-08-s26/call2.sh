@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 26, call 2 (the GPU machine, repository root). Two builds (Release, sm_90; README's GPU recipe):
-# m = main at e8ebc9b (build-gpu-n), x = main + Note [An overrun minor does not refute the guess]
-# (build-gpu: forward_loop, test_gpu). Carry build-gpu/runtime-libs, build-gpu/examples/forward_loop,
+# m = main at e8ebc9b (build-gpu-n), x = main at a6bbafc or later (Note [An overrun minor does not refute
+# the guess], and --verbose says what each minor on the guess found) (build-gpu: forward_loop, test_gpu);
+# or x = branch s26-conclusive for that branch's A/B. Carry build-gpu/runtime-libs, build-gpu/examples/forward_loop,
 # build-gpu/tests/test_gpu, build-gpu-n/examples/forward_loop. Builds, here (2 cores, ~1 min each once
 # configured): cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
 # cmake --build build-gpu --target forward_loop test_gpu && bash ../shared/gpu/bundle-libs.sh
