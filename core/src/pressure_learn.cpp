@@ -250,13 +250,12 @@ void pressure_policy::begin_minor(double guessed, double lag, bool from_events) 
 // iterations: 4 minors, the first at a sync at 26-28 GiB of young bytes,
 // 50.1x the oracle's peak at 1.042x its time; with this 5 minors, the
 // first at 21.5-23 GiB, 40.8x at 1.040x; bench/RESULTS.md).
-void pressure_policy::charge_minor(const outcome& o, bool guess_stood) {
+void pressure_policy::charge_minor(const outcome& o, double timed) {
   // A sliced minor finished by a cycle's steps had no begin_minor: its
   // slices are charged as measured.
   if (!std::exchange(minor_begun_, false)) return;
   const double measured = charged_exposed() - exposed_at_minor_start_;
-  if (guess_stood) {  // Note [An overrun minor does not refute the guess]: timed
-    const double timed = own_exposure().measured - exposure_at_minor_start_.measured;
+  if (timed >= 0) {  // Note [An overrun minor does not refute the guess]: a guess that stood
     if (measured > timed)
       overcharge_.store(overcharge_.load(std::memory_order_relaxed) + measured - timed, std::memory_order_relaxed);
     return;
@@ -308,24 +307,23 @@ void pressure_policy::charge_minor(const outcome& o, bool guess_stood) {
 // probe's bound, such minors (12.6 ms, 0.5 ms of it exposed, on the fake
 // clock's 12 ms minors against 5.5 ms iterations, a sync every 8) spent
 // the budget the later syncs needed (steady peak 160 -> 224 MiB).
-bool pressure_policy::found_its_guess(const outcome& o) const {
-  constexpr double k_tolerance = 0.9;  // the probe's poll and the clock's reads: not a wrong guess
+//
+// found_queued: the device work the minor in progress found queued, its
+// length less its timed exposed part; -1 where the exposure was not timed.
+double pressure_policy::found_queued(const outcome& o) const {
   const exposure e = own_exposure();
-  if (e.untimed != exposure_at_minor_start_.untimed) return false;
-  const double found = o.seconds - (e.measured - exposure_at_minor_start_.measured);
-  return found >= k_tolerance * guess_at_minor_start_;
+  if (e.untimed != exposure_at_minor_start_.untimed) return -1;
+  return o.seconds - (e.measured - exposure_at_minor_start_.measured);
 }
 
 // --verbose: what a minor taken on the guess found, and what became of the
 // guess (the start-up's skipped hints follow from it: bench/RESULTS.md,
-// session 26). `share`: the guess's share of the pause before this minor.
-void pressure_policy::explain_guess(const outcome& o, double share) const {
-  const exposure e = own_exposure();
-  const bool timed = e.untimed == exposure_at_minor_start_.untimed;
-  const double found = o.seconds - (e.measured - exposure_at_minor_start_.measured);
+// session 26). `share`: the guess's share of the pause before this minor;
+// `found`: found_queued's.
+void pressure_policy::explain_guess(const outcome& o, double share, double found) const {
   char what[64] = "an untimed amount";
-  if (timed && found >= o.seconds) std::snprintf(what, sizeof what, "more than %.3f ms queued (hidden)", o.seconds * 1e3);
-  else if (timed) std::snprintf(what, sizeof what, "%.3f ms queued", found * 1e3);
+  if (found >= o.seconds) std::snprintf(what, sizeof what, "more than %.3f ms queued (hidden)", o.seconds * 1e3);
+  else if (found >= 0) std::snprintf(what, sizeof what, "%.3f ms queued", found * 1e3);
   std::fprintf(stderr, "gcpressure[pressure]:   on a guessed lag of %.3f ms: found %s; the guess %s (share %.3g -> %.3g)\n",
                guess_at_minor_start_ * 1e3, what, lag_guess_share_ < share ? "halves" : "stands", share,
                lag_guess_share_);
@@ -339,13 +337,16 @@ void pressure_policy::learn_minor(const outcome& o, bool loop) {
   // Note [A guess before the first sync]: a minor taken as hidden on the
   // guess that was a quarter exposed or more halves it, unless it found the
   // guessed lag queued (Note [An overrun minor does not refute the guess]).
-  const bool stood = guess_at_minor_start_ > 0 && found_its_guess(o);
+  constexpr double k_tolerance = 0.9;  // the probe's poll and the clock's reads: not a wrong guess
+  const bool guessed = guess_at_minor_start_ > 0;
+  const double found = guessed ? found_queued(o) : -1;
+  const bool stood = guessed && found >= k_tolerance * guess_at_minor_start_;
   const double share = lag_guess_share_;
-  if (guess_at_minor_start_ > 0 && !stood && charged_exposed() - exposed_at_minor_start_ > 0.25 * o.seconds)
+  if (guessed && !stood && charged_exposed() - exposed_at_minor_start_ > 0.25 * o.seconds)
     lag_guess_share_ = lag_guess_share_ > 1.0 / 16 ? lag_guess_share_ / 2 : 0;
-  if (opts_.verbose && guess_at_minor_start_ > 0) explain_guess(o, share);
+  if (opts_.verbose && guessed) explain_guess(o, share, found);
   guess_at_minor_start_ = 0;
-  charge_minor(o, stood);
+  charge_minor(o, stood ? std::max(0.0, o.seconds - found) : -1);
   minor_cost_.add(static_cast<double>(o.young_before), o.seconds, std::exchange(probing_, false), loop);
   for (std::size_t i = 0; i < o.devices.size(); ++i) {
     device_state& d = dev_[i];

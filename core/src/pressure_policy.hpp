@@ -85,10 +85,10 @@ class pressure_policy final : public gc_policy {
   void learn_stretch(std::size_t i, double t);
   void learn_rate_at_hint(device_state& d, double bytes, double t);
   void learn_rate(const outcome& o);
-  bool found_its_guess(const outcome& o) const;
-  void explain_guess(const outcome& o, double share) const;
+  double found_queued(const outcome& o) const;
+  void explain_guess(const outcome& o, double share, double found) const;
   void begin_minor(double guessed = 0, double lag = 0, bool from_events = false);
-  void charge_minor(const outcome& o, bool guess_stood = false);
+  void charge_minor(const outcome& o, double timed = -1);  // timed: a stood guess's measured exposed seconds
   // The exposed GC seconds the budget counts (Note [Charging what the lag hid]).
   double charged_exposed() const noexcept { return own_exposed_seconds() - overcharge_.load(std::memory_order_relaxed); }
   double uncharged_seconds() const noexcept override { return overcharge_.load(std::memory_order_relaxed); }
